@@ -1,0 +1,45 @@
+"""User-facing errors.
+
+Every mistake a user can make (a bad config value, a missing file, an impossible
+mapping) raises a subclass of :class:`NpusimError`.  The CLI prints ``str(error)`` as one
+message and exits non-zero; it never shows a traceback for these.  Anything else that
+escapes is a bug in npusim and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class NpusimError(Exception):
+    """Base of every error caused by user input rather than by a bug."""
+
+    exit_code = 2
+
+
+class ConfigError(NpusimError):
+    """A configuration file or override is invalid.
+
+    ``problems`` holds one ``(path, message)`` pair per invalid field, where ``path``
+    is the dotted field path (``hw.cores[3].sram_bytes``).
+    """
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        lines = [f"{source}: invalid configuration ({len(problems)} problem"
+                 f"{'s' if len(problems) != 1 else ''})"]
+        lines += [f"  {path or '<root>'}: {message}" for path, message in problems]
+        super().__init__("\n".join(lines))
+
+
+class MappingError(NpusimError):
+    """A workload cannot be mapped onto the hardware (it does not fit, a unit is missing)."""
+
+
+class TraceError(NpusimError):
+    """A request or routing trace is malformed; the message names file and line."""
+
+
+class ValidationFailure(NpusimError):
+    """One or more reference cases are outside their tolerance."""
+
+    exit_code = 1

@@ -1,0 +1,123 @@
+"""Registry of replaceable parts, keyed by category and ``kind:`` name.
+
+A part (DRAM channel, NoC, systolic array, device, workload, strategy, scheduler…)
+is one file that defines a pydantic config class whose ``kind`` field is a ``Literal``
+and decorates its implementation with :func:`register`.  The config schema of a
+category is then the discriminated union of every registered config class, so YAML
+picks a part by name and unknown kinds are rejected with the list of known ones.
+
+The registry holds classes, never run state: it is filled once at import time (as
+gem5's SimObject and Ramulator 2's factory registries are) and :func:`discover`
+imports every built-in module so that dropping a new file into a package is enough.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any, Callable, Union, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Packages whose modules register parts; imported by :func:`discover`.
+_PART_PACKAGES = ("npusim.hw", "npusim.workload", "npusim.mapping", "npusim.strategies",
+                  "npusim.serving")
+
+
+class PartConfig(BaseModel):
+    """Base of every typed configuration block.
+
+    Frozen (a resolved config cannot change under a running simulation) and strict
+    about keys (a typo is an error, not a silently ignored field).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered part: its config class, its implementation and a help line."""
+
+    category: str
+    kind: str
+    config: type[PartConfig]
+    impl: Any
+    help: str
+
+
+_ENTRIES: dict[str, dict[str, Entry]] = {}
+
+
+def _kind_of(config: type[PartConfig]) -> str:
+    field = config.model_fields.get("kind")
+    if field is None:
+        raise TypeError(f"{config.__name__} has no 'kind' field")
+    args = get_args(field.annotation)
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise TypeError(f"{config.__name__}.kind must be Literal['name']")
+    return args[0]
+
+
+def register(category: str, config: type[PartConfig]) -> Callable[[Any], Any]:
+    """Class or function decorator: register ``impl`` as the part named by ``config.kind``.
+
+    Registering two parts with the same category and kind is an error, so a plug-in
+    cannot silently replace a built-in part.
+    """
+
+    def decorate(impl: Any) -> Any:
+        kind = _kind_of(config)
+        table = _ENTRIES.setdefault(category, {})
+        if kind in table and table[kind].impl is not impl:
+            raise TypeError(f"{category} kind {kind!r} registered twice "
+                            f"({table[kind].impl!r} and {impl!r})")
+        doc = (impl.__doc__ or config.__doc__ or "").strip().splitlines()
+        table[kind] = Entry(category, kind, config, impl, doc[0] if doc else "")
+        return impl
+
+    return decorate
+
+
+@cache
+def discover() -> None:
+    """Import every built-in part module once, so that all registrations have run."""
+    for package_name in _PART_PACKAGES:
+        package = importlib.import_module(package_name)
+        for info in pkgutil.walk_packages(package.__path__, package_name + "."):
+            importlib.import_module(info.name)
+
+
+def entries(category: str) -> dict[str, Entry]:
+    """All parts registered under ``category`` (after :func:`discover`)."""
+    discover()
+    return dict(sorted(_ENTRIES.get(category, {}).items()))
+
+
+def categories() -> list[str]:
+    discover()
+    return sorted(_ENTRIES)
+
+
+def lookup(category: str, kind: str) -> Entry:
+    """The entry for ``kind``; raises ``KeyError`` naming the known kinds."""
+    table = entries(category)
+    if kind not in table:
+        raise KeyError(f"unknown {category} kind {kind!r}; known: {', '.join(table) or 'none'}")
+    return table[kind]
+
+
+def config_union(category: str) -> Any:
+    """Pydantic type accepting the config of any part registered under ``category``."""
+    configs = tuple(entry.config for entry in entries(category).values())
+    if not configs:
+        raise TypeError(f"no parts registered under {category!r}")
+    if len(configs) == 1:
+        return configs[0]
+    return Annotated[Union[configs], Field(discriminator="kind")]  # noqa: UP007
+
+
+def build(category: str, config: PartConfig, *args: Any, **kwargs: Any) -> Any:
+    """Construct the implementation registered for ``config.kind``."""
+    return lookup(category, config.kind).impl(*args, config=config, **kwargs)  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Compute parts: systolic arrays, vector units, roofline engines."""

@@ -1,0 +1,1 @@
+"""Interconnect parts: on-chip networks and point-to-point links."""

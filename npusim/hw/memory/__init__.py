@@ -1,0 +1,1 @@
+"""Memory parts: DRAM channels and systems, SRAM scratchpads, flash."""
