@@ -1,0 +1,155 @@
+"""``simulate(config) -> Result``: the one entry point every front end uses.
+
+Pure: it reads only its argument (and preset files a scenario names), keeps no state
+between calls and writes nothing; the same config and seed give the same Result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from npusim import __version__
+from npusim.core import registry
+from npusim.executor.analytic import run_analytic
+from npusim.executor.base import SegmentRun, prepare
+from npusim.executor.memo import SegmentMemo
+from npusim.executor.tlm import run_tlm
+from npusim.metrics.result import OP_COLUMNS, Result
+from npusim.mapping.taskgraph import ComputeTask, HostTask, TransferTask
+
+_EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
+
+
+def _as_scenario(config: Any, overrides: Iterable[str]):
+    from npusim.config.loader import load_scenario, scenario_from_dict
+
+    if isinstance(config, (str, Path)):
+        return load_scenario(config, overrides)
+    if isinstance(config, Mapping):
+        return scenario_from_dict(config, overrides=overrides)
+    if overrides:
+        return scenario_from_dict(config.model_dump(mode="json"), overrides=overrides)
+    return config
+
+
+def build_device(hw_config: Any):
+    """Construct, wire and validate the device a hardware config describes."""
+    device = registry.build("device", hw_config, getattr(hw_config, "name", hw_config.kind))
+    device.validate()
+    return device
+
+
+def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] = (),
+             progress: Callable[[int, int], None] | None = None) -> Result:
+    """Run one scenario and return its :class:`Result`.
+
+    ``config`` is a scenario path, a mapping, or a validated Scenario; ``mode`` overrides
+    ``run.mode``; ``overrides`` are ``path=value`` strings as on the command line;
+    ``progress(done, total)`` is called after each segment.
+    """
+    started = time.perf_counter()
+    overrides = list(overrides) + ([f"run.mode={mode}"] if mode else [])
+    scenario = _as_scenario(config, overrides)
+    run_cfg = scenario.run
+    device = build_device(scenario.hw)
+    lower = registry.lookup("workload", scenario.workload.kind).impl
+    program = lower(device, config=scenario.workload, seed=run_cfg.seed)
+
+    executor = _EXECUTORS[run_cfg.mode]
+    memo = SegmentMemo(enabled=run_cfg.memoize)
+    prepared: dict[int, Any] = {}
+
+    def execute(graph) -> SegmentRun:
+        return executor(graph, device, run_cfg.seed)
+
+    columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    clock = events = transactions = 0
+    for index, (graph, label) in enumerate(zip(program.segments, program.labels)):
+        key = id(graph)
+        if key not in prepared:
+            prepared[key] = (graph, prepare(graph, device))
+        run, _ = memo.run(prepared[key][1], execute)
+        _append_rows(columns, run, index, label, clock, run_cfg.trace)
+        for unit, stats in run.unit_stats.items():
+            for name, value in stats.items():
+                totals[unit][name] += value
+        clock += run.makespan_ps
+        events += run.events
+        transactions += run.transactions
+        if progress is not None:
+            progress(index + 1, len(program.segments))
+
+    wall = time.perf_counter() - started
+    unit_stats = {unit: dict(stats) for unit, stats in sorted(totals.items())}
+    metrics = _metrics(clock, unit_stats, program.info, memo, events, transactions,
+                       len(program.segments), run_cfg.mode, scenario.name)
+    return Result(metrics=metrics, op_columns=columns, unit_stats=unit_stats,
+                  config=scenario.model_dump(mode="json"),
+                  host={"wall_time_s": wall, "npusim_version": __version__,
+                        "events_per_s": events / wall if wall > 0 else 0.0})
+
+
+def _task_fields(task) -> tuple[str, str, int, int]:
+    if isinstance(task, ComputeTask):
+        return "compute", task.unit, task.op.flops, task.op.input_bytes + task.op.output_bytes
+    if isinstance(task, TransferTask):
+        return "transfer", task.src, 0, task.size_bytes
+    if isinstance(task, HostTask):
+        return "host", task.resource, 0, 0
+    return "other", "", 0, 0
+
+
+def _append_rows(columns: dict[str, list], run: SegmentRun, index: int, label: str,
+                 offset: int, keep: bool) -> None:
+    if not keep:
+        return
+    for task in run.graph.tasks:
+        kind, unit, flops, size = _task_fields(task)
+        if kind == "host" and task.resource == "none":
+            continue  # collective joins: zero-time bookkeeping
+        start, end = run.starts[task.id] + offset, run.ends[task.id] + offset
+        for name, value in (("segment", index), ("label", label), ("task", task.id),
+                            ("name", task.name), ("type", kind), ("unit", unit),
+                            ("start_ps", start), ("end_ps", end), ("duration_ps", end - start),
+                            ("flops", flops), ("bytes", size)):
+            columns[name].append(value)
+
+
+def _level(unit: str) -> str:
+    """Memory/network level of a part name: ``core3.hbm`` → ``hbm``, ``noc`` → ``noc``."""
+    return unit.rsplit(".", 1)[-1] if "." in unit else unit
+
+
+def _metrics(latency_ps: int, unit_stats: dict[str, dict[str, int]], info: dict[str, Any],
+             memo: SegmentMemo, events: int, transactions: int, segments: int, mode: str,
+             name: str) -> dict[str, Any]:
+    bytes_by_level: dict[str, int] = defaultdict(int)
+    busy: dict[str, int] = {}
+    for unit, stats in unit_stats.items():
+        if ".link" in unit:
+            continue
+        bytes_by_level[_level(unit)] += stats.get("bytes_read", 0) + stats.get("bytes_written", 0)
+        busy[unit] = stats.get("busy_ps", 0)
+    flops = sum(stats.get("flops", 0) for stats in unit_stats.values())
+    seconds = latency_ps / 1e12
+    metrics: dict[str, Any] = {
+        "scenario": name,
+        "mode": mode,
+        "latency_ps": latency_ps,
+        "latency_s": seconds,
+        "flops": flops,
+        "throughput_flops_per_s": flops / seconds if seconds else 0.0,
+        "bytes_by_level": dict(sorted(bytes_by_level.items())),
+        "unit_busy_ps": dict(sorted(busy.items())),
+        "unit_utilisation": {u: (b / latency_ps if latency_ps else 0.0) for u, b in sorted(busy.items())},
+        "events": events,
+        "transactions": transactions,
+        "segments": segments,
+        "memo": {"hits": memo.hits, "misses": memo.misses, "hit_rate": memo.hit_rate},
+    }
+    metrics.update({key: value for key, value in info.items() if key not in metrics})
+    return metrics

@@ -1,0 +1,282 @@
+"""Load a scenario: YAML → presets resolved → overrides applied → typed, validated config.
+
+The steps, each failing with a :class:`~npusim.core.errors.ConfigError` that names the
+file, the field path, the bad value and what was expected:
+
+1. read the scenario YAML (``read_yaml``);
+2. optionally replace ``hw`` with the contents of ``--hw FILE``;
+3. resolve presets: any mapping with a ``preset: NAME`` key is replaced by the preset's
+   mapping deep-merged with the remaining keys (which win), recursively;
+4. apply ``--set path=value`` overrides (values parsed as YAML scalars, paths like
+   ``hw.core.sram.capacity_bytes`` or ``workload.layers[0].m``);
+5. validate against the schema built from the registry (unknown keys rejected).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from npusim.config.presets import load_preset, read_yaml
+from npusim.core.errors import ConfigError
+
+_MAX_PRESET_DEPTH = 16
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """``override`` merged into a copy of ``base``: mappings merge key by key, anything
+    else (scalars, lists) is replaced."""
+    if isinstance(base, Mapping) and isinstance(override, Mapping):
+        merged = {key: copy.deepcopy(value) for key, value in base.items()}
+        for key, value in override.items():
+            merged[key] = deep_merge(merged[key], value) if key in merged else copy.deepcopy(value)
+        return merged
+    return copy.deepcopy(override)
+
+
+def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> Any:
+    """Replace every ``{preset: NAME, ...}`` mapping by the preset merged with its siblings."""
+    if depth > _MAX_PRESET_DEPTH:
+        raise ConfigError(source, [(path, "presets nest too deeply (a preset that includes itself?)")])
+    if isinstance(data, list):
+        return [resolve_presets(item, source, f"{path}[{i}]", depth) for i, item in enumerate(data)]
+    if not isinstance(data, Mapping):
+        return data
+    data = dict(data)
+    if "preset" in data:
+        name = data.pop("preset")
+        if not isinstance(name, str):
+            raise ConfigError(source, [(_join(path, "preset"), f"expected a preset name, got {name!r}")])
+        try:
+            base = load_preset(name)
+        except ConfigError as exc:
+            raise ConfigError(source, [(_join(path, "preset"), msg) for _, msg in exc.problems]) from None
+        base = resolve_presets(base, f"preset {name}", path, depth + 1)
+        data = deep_merge(base, data)
+    return {key: resolve_presets(value, source, _join(path, key), depth) for key, value in data.items()}
+
+
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """Split ``a.b[2].c=value`` into its path and its YAML-parsed value."""
+    if "=" not in text:
+        raise ConfigError("--set", [(text, "expected PATH=VALUE, e.g. hw.core.sram.capacity_bytes=32MiB")])
+    raw_path, raw_value = text.split("=", 1)
+    parts: list[str | int] = []
+    position = 0
+    for match in _PATH_PART.finditer(raw_path.strip()):
+        if match.start() != position and raw_path.strip()[position:match.start()] != ".":
+            break
+        parts.append(match[1] if match[1] is not None else int(match[2]))
+        position = match.end()
+    if not parts or position != len(raw_path.strip()):
+        raise ConfigError("--set", [(raw_path, "malformed path; expected keys separated by dots, "
+                                               "list items as [N], e.g. hw.noc.width")])
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+    except yaml.YAMLError:
+        value = raw_value
+    return parts, value
+
+
+def apply_override(data: dict, parts: list[str | int], value: Any, text: str) -> None:
+    """Set ``value`` at ``parts`` inside ``data`` (creating mappings as needed)."""
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        where = _format_path(parts[: depth + 1])
+        if isinstance(part, int):
+            if not isinstance(node, list) or not 0 <= part < len(node):
+                raise ConfigError("--set", [(where, f"no list item {part} here (in {text!r})")])
+            node = node[part]
+        else:
+            if not isinstance(node, dict):
+                raise ConfigError("--set", [(where, f"cannot descend into a {type(node).__name__} (in {text!r})")])
+            node = node.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(last, int):
+        if not isinstance(node, list) or not 0 <= last < len(node):
+            raise ConfigError("--set", [(_format_path(parts), f"no list item {last} here (in {text!r})")])
+        node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError("--set", [(_format_path(parts), f"cannot set a key on a {type(node).__name__}")])
+
+
+def _format_path(parts: Iterable[str | int]) -> str:
+    path = ""
+    for part in parts:
+        path = _join(path, part)
+    return path
+
+
+def _describe_input(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _model_at(model: Any, loc: tuple) -> type[BaseModel] | None:
+    """Best-effort: the pydantic model class reached by following ``loc`` from ``model``."""
+    from typing import get_args, get_origin
+
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        current = field.annotation
+        # unwrap Optional / list / Annotated / discriminated unions with a single model
+        for _ in range(4):
+            origin = get_origin(current)
+            if origin is None:
+                break
+            models = [a for a in get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if len(models) == 1:
+                current = models[0]
+                break
+            nested = [a for a in get_args(current) if get_origin(a) is not None]
+            if not nested:
+                return None
+            current = nested[0]
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list[tuple[str, str]]:
+    """Turn pydantic errors into ``(field path, message)`` pairs a user can act on.
+
+    Discriminated-union tags that pydantic inserts into locations are dropped, so the
+    path matches the YAML the user wrote.
+    """
+    problems = []
+    for error in exc.errors(include_url=False):
+        parts: list[Any] = []
+        node = data
+        for part in error["loc"]:
+            if isinstance(node, Mapping) and isinstance(part, str) and part not in node \
+                    and node.get("kind") == part:
+                continue  # union tag, not a key the user wrote
+            if isinstance(part, str) and (part.startswith("function-") or "[" in part):
+                continue  # validator wrapper names
+            parts.append(part)
+            if isinstance(node, Mapping):
+                node = node.get(part)
+            elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                node = node[part]
+            else:
+                node = None
+        path = _format_path(parts)
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            owner = _owner_model(model, data, parts[:-1])
+            known = sorted(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(parts[-1]), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            listing = f" Known keys: {', '.join(known)}." if known else ""
+            message = f"unknown key{hint}{listing}"
+        elif kind == "missing":
+            message = "required field is missing"
+        elif kind == "union_tag_invalid":
+            ctx = error.get("ctx", {})
+            message = f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+        elif kind == "union_tag_not_found":
+            message = "missing 'kind:' key naming which part this is"
+        else:
+            message = f"{error['msg'].removeprefix('Value error, ')} (got {_describe_input(error.get('input'))})"
+        problems.append((path, message))
+    return problems
+
+
+def _owner_model(model: Any, data: Any, parts: list[Any]) -> type[BaseModel] | None:
+    """The model class owning the mapping at ``parts`` (resolving ``kind`` tags from data)."""
+    from npusim.core import registry
+
+    current = model
+    node = data
+    for part in parts:
+        if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            continue
+        node = node.get(part) if isinstance(node, Mapping) else None
+        nxt = _model_at(current, (part,))
+        if nxt is None and isinstance(node, Mapping) and "kind" in node:
+            for category in registry.categories():
+                entry = registry.entries(category).get(node["kind"])
+                if entry is not None:
+                    nxt = entry.config
+                    break
+        if nxt is None:
+            return None
+        current = nxt
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def validate(model: Any, data: Any, source: str) -> Any:
+    """Validate ``data`` against ``model``; raise :class:`ConfigError` with all problems."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, format_validation_error(exc, data, model)) from None
+
+
+def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Path | None = None) -> dict:
+    """The scenario as a plain mapping with presets resolved and overrides applied."""
+    source = str(path)
+    data = read_yaml(Path(path))
+    if data is None:
+        raise ConfigError(source, [("", "file is empty; expected a scenario mapping")])
+    if not isinstance(data, dict):
+        raise ConfigError(source, [("", f"expected a mapping at the top level, got {type(data).__name__}")])
+    if hw_file is not None:
+        hw = read_yaml(Path(hw_file))
+        if not isinstance(hw, dict):
+            raise ConfigError(str(hw_file), [("", "expected a hardware mapping")])
+        data["hw"] = hw
+    data = resolve_presets(data, source)
+    for text in overrides:
+        parts, value = parse_override(text)
+        value = resolve_presets(value, "--set", _format_path(parts))
+        apply_override(data, parts, value, text)
+    return data
+
+
+def load_scenario(path: str | Path, overrides: Iterable[str] = (),
+                  hw_file: str | Path | None = None):
+    """Read, resolve and validate a scenario file; return a typed :class:`Scenario`.
+
+    >>> scenario = load_scenario("workloads/scenarios/quickstart.yaml",
+    ...                          ["run.mode=analytic"])  # doctest: +SKIP
+    """
+    from npusim.config.schema import scenario_model
+
+    data = load_raw(path, overrides, hw_file)
+    return validate(scenario_model(), data, str(path))
+
+
+def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",
+                       overrides: Iterable[str] = ()):
+    """Validate a scenario given as a Python mapping (presets and overrides allowed)."""
+    from npusim.config.schema import scenario_model
+
+    resolved = resolve_presets(copy.deepcopy(dict(data)), source)
+    for text in overrides:
+        parts, value = parse_override(text)
+        apply_override(resolved, parts, value, text)
+    return validate(scenario_model(), resolved, source)

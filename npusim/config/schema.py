@@ -1,0 +1,44 @@
+"""The scenario schema: hardware + workload + run settings in one typed tree.
+
+``hw`` is any registered device (``kind: npu`` …), ``workload`` any registered workload
+(``kind: gemm``, ``kind: taskgraph`` …).  The schema is assembled from the registry on
+first use, so a new device or workload file is picked up without editing this module.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from npusim.core import registry
+
+
+class RunConfig(BaseModel):
+    """How to run: fidelity, seed and memoisation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["tlm", "analytic"] = Field(
+        "tlm", description="Fidelity: 'tlm' runs SimPy transactions with contention; "
+                           "'analytic' computes the same task graph in closed form.")
+    seed: int = Field(0, ge=0, description="Seed for every random choice (same seed, same result).")
+    memoize: bool = Field(True, description="Reuse the timing of identical sub-graphs "
+                                            "(same ops, shapes, placement, idle start).")
+    trace: bool = Field(True, description="Record per-task events for the Perfetto timeline.")
+
+
+@cache
+def scenario_model() -> type[BaseModel]:
+    """The pydantic model of a whole scenario (built once from the registry)."""
+    return create_model(
+        "Scenario",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__="A scenario: hardware, workload and run settings.",
+        name=(str, Field("scenario", description="Name shown in reports.")),
+        description=(str, Field("", description="Free text describing the scenario.")),
+        hw=(registry.config_union("device"), Field(description="The device (kind: npu, ...).")),
+        workload=(registry.config_union("workload"), Field(description="What to run (kind: gemm, ...).")),
+        run=(RunConfig, Field(default_factory=RunConfig, description="Run settings.")),
+    )

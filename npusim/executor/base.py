@@ -1,0 +1,54 @@
+"""What an executor returns for one task graph (a *segment*), shared by both fidelities."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from npusim.hw.devices.base import Device
+from npusim.mapping.collectives import expand_collectives
+from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
+
+
+@dataclass
+class SegmentRun:
+    """Timing of one segment, relative to its own start (picoseconds).
+
+    ``starts``/``ends`` are indexed by task id of ``graph`` (the expanded graph);
+    ``unit_stats`` are the parts' counters accumulated while the segment ran.
+    """
+
+    graph: TaskGraph
+    starts: list[int]
+    ends: list[int]
+    unit_stats: dict[str, dict[str, int]]
+    events: int = 0
+    transactions: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def makespan_ps(self) -> int:
+        return max(self.ends, default=0)
+
+
+def prepare(graph: TaskGraph, device: Device) -> TaskGraph:
+    """Expand collectives over the device topology; check every unit name eagerly."""
+    expanded = expand_collectives(graph, device.reduce_unit)
+    for task in expanded.tasks:
+        if isinstance(task, ComputeTask):
+            device.compute_unit(task.unit)
+        elif isinstance(task, TransferTask):
+            device.plan_transfer(task)
+    return expanded
+
+
+def account_compute(device: Device, task: ComputeTask, duration_ps: int) -> None:
+    """Executors, not units, count compute work: units only give times (pure formulas)."""
+    stats = device.parts[task.unit].stats
+    stats.busy_ps += duration_ps
+    stats.ops += 1
+    stats.flops += task.op.flops
+
+
+def host_resource(task: HostTask) -> str | None:
+    """The serialising resource of a host task (``none`` means a pure join)."""
+    return None if task.resource == "none" else task.resource

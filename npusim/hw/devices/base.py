@@ -1,0 +1,197 @@
+"""Device base: a set of named parts wired together, plus how transfers cross them.
+
+A device answers three questions for the executors and nothing else:
+
+* which compute unit an endpoint name means (``core3.sa``) and how long an op takes;
+* how long a transfer takes uncontended (analytic) and how it moves through the parts
+  with contention (tlm, a SimPy generator);
+* what parts it has, for statistics.
+
+Transfers are **pipelined through stages** (read the source memory, cross the network,
+write the destination memory) in burst-group chunks; a DMA engine keeps up to
+``max_outstanding`` chunks in flight, as a real DMA engine does.  The closed form for
+the same pipeline is the bottleneck stage's total time plus the other stages' time for
+one chunk (fill and drain), which is what the tlm run converges to without contention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Iterator
+
+from npusim.core.errors import MappingError
+from npusim.hw.base import (AccessPattern, Component, ComputeUnit, Interconnect,
+                            MemoryTarget, MemoryTransaction)
+from npusim.mapping.taskgraph import TransferTask
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One stage a transfer chunk passes: a memory read/write or a network hop sequence."""
+
+    part: Component
+    action: str  # "read" | "write" | "net"
+    src_node: Any = None
+    dst_node: Any = None
+
+    def time_ps(self, size_bytes: int, pattern: AccessPattern) -> int:
+        if self.action == "net":
+            assert isinstance(self.part, Interconnect)
+            return self.part.transfer_time_ps(self.src_node, self.dst_node, size_bytes)
+        assert isinstance(self.part, MemoryTarget)
+        return self.part.access_time_ps(size_bytes, self.action == "write", pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferPlan:
+    """How one transfer task moves: its stages, chunking and addressing."""
+
+    stages: tuple[Stage, ...]
+    chunk_bytes: int
+    max_outstanding: int
+    pattern: AccessPattern
+    base_addr: int
+
+
+class Device:
+    """Base of every device: owns parts, resolves endpoint names, times tasks."""
+
+    def __init__(self, name: str, config: Any):
+        self.name = name
+        self.config = config
+        self.parts: dict[str, Component] = {}
+
+    # -- construction helpers ------------------------------------------------------
+    def add_part(self, name: str, part: Component) -> Component:
+        if name in self.parts:
+            raise MappingError(f"device {self.name!r} has two parts named {name!r}")
+        self.parts[name] = part
+        return part
+
+    def validate(self) -> None:
+        for part in self.parts.values():
+            part.validate()
+
+    # -- queries used by executors -------------------------------------------------
+    def part(self, name: str) -> Component:
+        try:
+            return self.parts[name]
+        except KeyError:
+            raise MappingError(f"device {self.name!r} has no unit {name!r}; "
+                               f"units look like {self.example_units()}") from None
+
+    def example_units(self) -> str:
+        names = list(self.parts)
+        return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+
+    def compute_unit(self, name: str) -> ComputeUnit:
+        part = self.part(name)
+        if not isinstance(part, ComputeUnit):
+            raise MappingError(f"{name!r} is a {type(part).__name__}, not a compute unit")
+        return part
+
+    def compute_units(self) -> Iterator[str]:
+        return (name for name, part in self.parts.items() if isinstance(part, ComputeUnit))
+
+    def plan_transfer(self, task: TransferTask, seed: int = 0) -> TransferPlan:
+        """Stages, chunking and addresses for ``task`` (device-specific)."""
+        raise NotImplementedError
+
+    def reduce_unit(self, endpoint: str) -> str | None:
+        """Compute unit that adds partial sums arriving at ``endpoint`` (None: free)."""
+        return None
+
+    def account_transfer(self, task: TransferTask, duration_ps: int, seed: int = 0) -> None:
+        """Count a transfer's bytes and transactions on its parts (analytic level; the
+        tlm parts count their own as transactions pass through them)."""
+        if task.size_bytes <= 0:
+            return
+        plan = self.plan_transfer(task, seed)
+        chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
+        for stage in plan.stages:
+            stats = stage.part.stats
+            stats.busy_ps += stage.time_ps(task.size_bytes, plan.pattern)
+            if stage.action == "write":
+                stats.bytes_written += task.size_bytes
+            else:
+                stats.bytes_read += task.size_bytes
+            stats.transactions += chunks
+
+    def bind(self, env: Any) -> None:
+        for part in self.parts.values():
+            part.bind(env)
+
+    def reset_stats(self) -> None:
+        for part in self.parts.values():
+            part.reset_stats()
+
+    def unit_stats(self) -> dict[str, dict[str, int]]:
+        stats = {}
+        for name, part in self.parts.items():
+            stats[name] = part.stats.as_dict()
+            extra = getattr(part, "link_stats", None)
+            if callable(extra):
+                for link, values in extra().items():
+                    stats[f"{name}.link{link}"] = dict(values)
+        return stats
+
+    # -- transfer timing -----------------------------------------------------------
+    def transfer_time_ps(self, task: TransferTask, seed: int = 0) -> int:
+        """Closed-form, uncontended time of ``task`` (bottleneck stage + fill/drain)."""
+        if task.size_bytes <= 0:
+            return 0
+        plan = self.plan_transfer(task, seed)
+        chunk = min(plan.chunk_bytes, task.size_bytes)
+        totals = [stage.time_ps(task.size_bytes, plan.pattern) for stage in plan.stages]
+        bottleneck = max(range(len(totals)), key=totals.__getitem__)
+        fill = sum(stage.time_ps(chunk, plan.pattern)
+                   for i, stage in enumerate(plan.stages) if i != bottleneck)
+        return totals[bottleneck] + fill
+
+    def transfer_process(self, env: Any, task: TransferTask, seed: int = 0,
+                         on_chunk: Callable[[int], None] | None = None) -> Generator:
+        """SimPy process body moving ``task`` chunk by chunk with contention (tlm)."""
+        if task.size_bytes <= 0:
+            return
+        plan = self.plan_transfer(task, seed)
+        chunks = _chunk_offsets(task.size_bytes, plan)
+        cursor = iter(chunks)
+
+        def worker() -> Generator:
+            for offset, size, addr in cursor:
+                for stage in plan.stages:
+                    if stage.action == "net":
+                        yield from stage.part.transfer(stage.src_node, stage.dst_node, size)
+                    else:
+                        txn = MemoryTransaction(addr, size, stage.action == "write", task.name)
+                        yield from stage.part.transact(txn)
+                if on_chunk is not None:
+                    on_chunk(size)
+
+        workers = [env.process(worker()) for _ in range(min(plan.max_outstanding, len(chunks)))]
+        yield env.all_of(workers)
+
+
+def _chunk_offsets(size_bytes: int, plan: TransferPlan) -> list[tuple[int, int, int]]:
+    """(offset, size, address) of every chunk; random patterns scatter addresses with a
+    deterministic hash so that the same task and seed always touch the same rows."""
+    chunk = max(1, plan.chunk_bytes)
+    out = []
+    span = max(chunk, plan.pattern.range_bytes)
+    for index, offset in enumerate(range(0, size_bytes, chunk)):
+        size = min(chunk, size_bytes - offset)
+        if plan.pattern.kind == "random":
+            slot = (_mix(plan.base_addr + index) % max(1, span // chunk))
+            addr = slot * chunk
+        else:
+            addr = plan.base_addr + offset
+        out.append((offset, size, addr))
+    return out
+
+
+def _mix(value: int) -> int:
+    """SplitMix64 finaliser: a cheap deterministic scatter (no global RNG state)."""
+    value = (value + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return value ^ (value >> 31)

@@ -1,0 +1,129 @@
+"""Multi-core NPU: a 2D mesh of cores, each with a systolic array, a vector unit, an SRAM
+scratchpad, a DMA engine and its own HBM channels (NpuSim §2.1, Fig. 1, Table 3).
+
+Unit names: ``core{i}.sa`` (systolic array), ``core{i}.vec`` (vector unit),
+``core{i}.sram``, ``core{i}.hbm``; the network is ``noc``.  Core ``i`` sits at
+``x = i % width``, ``y = i // width`` on the mesh.  A transfer endpoint is a memory
+level (``core3.hbm``, ``core3.sram``; ``core3`` alone means its SRAM).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from npusim.core.errors import MappingError
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import Bytes
+from npusim.hw.base import AccessPattern
+from npusim.hw.compute.systolic import SystolicArray, SystolicConfig
+from npusim.hw.compute.vector import VectorConfig, VectorUnit
+from npusim.hw.devices.base import Device, Stage, TransferPlan, _mix
+from npusim.hw.interconnect.noc import MeshNoc, NocConfig
+from npusim.hw.memory.dram import DramChannel, DramConfig
+from npusim.hw.memory.sram import Sram, SramConfig
+from npusim.mapping.taskgraph import TransferTask
+
+
+class DmaConfig(BaseModel):
+    """Per-core DMA engine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    burst_group_bytes: Bytes = Field(
+        16384, gt=0, description="Bytes per memory transaction (a tile-sized burst group). "
+                                 "Assumption: 16 KiB, a typical DMA descriptor size; larger "
+                                 "groups mean fewer simulated events.")
+    max_outstanding: int = Field(
+        8, ge=1, description="Burst groups the DMA keeps in flight at once (assumption: 8).")
+
+
+class NpuCoreConfig(BaseModel):
+    """One NPU core: compute engines, scratchpad and DMA."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    systolic: SystolicConfig = Field(description="The core's systolic array (cube unit).")
+    vector: VectorConfig = Field(description="The core's vector unit.")
+    sram: SramConfig = Field(description="The core's SRAM scratchpad.")
+    dma: DmaConfig = Field(default_factory=DmaConfig, description="The core's DMA engine.")
+
+
+class NpuConfig(PartConfig):
+    """A multi-core NPU with a 2D-mesh NoC and per-core HBM."""
+
+    kind: Literal["npu"] = "npu"
+    name: str = Field("npu", description="Device name used in reports.")
+    core: NpuCoreConfig = Field(description="Configuration shared by every core.")
+    hbm: DramConfig | None = Field(
+        None, description="Each core's local HBM (channels attached to that core); "
+                          "omit for an SRAM-only chip.")
+    noc: NocConfig = Field(description="The on-chip network; width x height = number of cores.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "NpuConfig":
+        if self.core.dma.burst_group_bytes > self.core.sram.capacity_bytes:
+            raise ValueError(
+                f"core.dma.burst_group_bytes ({self.core.dma.burst_group_bytes} B) exceeds "
+                f"core.sram.capacity_bytes ({self.core.sram.capacity_bytes} B); "
+                "a DMA burst group must fit in the scratchpad")
+        return self
+
+    @property
+    def num_cores(self) -> int:
+        return self.noc.width * self.noc.height
+
+
+_ENDPOINT = re.compile(r"core(\d+)(?:\.(hbm|sram))?")
+
+
+@register("device", NpuConfig)
+class NpuDevice(Device):
+    """Multi-core NPU device (cores x {systolic, vector, SRAM, DMA, router} + HBM)."""
+
+    def __init__(self, name: str = "npu", config: NpuConfig | None = None):
+        assert config is not None
+        super().__init__(name, config)
+        self.num_cores = config.num_cores
+        self.noc = self.add_part("noc", MeshNoc("noc", config.noc))
+        for core in range(self.num_cores):
+            self.add_part(f"core{core}.sa", SystolicArray(f"core{core}.sa", config.core.systolic))
+            self.add_part(f"core{core}.vec", VectorUnit(f"core{core}.vec", config.core.vector))
+            self.add_part(f"core{core}.sram", Sram(f"core{core}.sram", config.core.sram))
+            if config.hbm is not None:
+                self.add_part(f"core{core}.hbm", DramChannel(f"core{core}.hbm", config.hbm))
+
+    def endpoint(self, name: str) -> tuple[int, str]:
+        """``(core index, level)`` for a transfer endpoint such as ``core3.hbm``."""
+        match = _ENDPOINT.fullmatch(name)
+        if not match:
+            raise MappingError(f"transfer endpoint {name!r} is not a memory level; "
+                               "expected 'coreN.hbm', 'coreN.sram' or 'coreN'")
+        core, level = int(match[1]), match[2] or "sram"
+        if not 0 <= core < self.num_cores:
+            raise MappingError(f"endpoint {name!r}: core {core} does not exist "
+                               f"(this device has cores 0..{self.num_cores - 1})")
+        if level == "hbm" and self.config.hbm is None:
+            raise MappingError(f"endpoint {name!r}: this device has no HBM")
+        return core, level
+
+    def reduce_unit(self, endpoint: str) -> str | None:
+        core, _ = self.endpoint(endpoint)
+        return f"core{core}.vec"
+
+    def plan_transfer(self, task: TransferTask, seed: int = 0) -> TransferPlan:
+        src_core, src_level = self.endpoint(task.src)
+        dst_core, dst_level = self.endpoint(task.dst)
+        stages = [Stage(self.parts[f"core{src_core}.{src_level}"], "read")]
+        if src_core != dst_core:
+            stages.append(Stage(self.noc, "net", src_core, dst_core))
+        stages.append(Stage(self.parts[f"core{dst_core}.{dst_level}"], "write"))
+        dma = self.config.core.dma
+        chunk = task.chunk_bytes or dma.burst_group_bytes
+        pattern = AccessPattern(task.pattern, chunk)
+        # Deterministic base address per task: spreads tasks over rows without a global
+        # allocator (the memory manager of the NPU strategies assigns real addresses).
+        base = (_mix(task.id * 1_000_003 + seed) % (1 << 28)) // chunk * chunk
+        return TransferPlan(tuple(stages), chunk, dma.max_outstanding, pattern, base)

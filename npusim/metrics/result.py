@@ -1,0 +1,76 @@
+"""The Result of a simulation: metrics, per-op and per-unit tables, timeline, config.
+
+``metrics`` is deterministic (same config and seed, same bytes in ``metrics.json``);
+host facts that vary between runs (wall time) live in ``host`` and ``host.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from npusim.metrics.perfetto import build_trace, write_trace
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+OP_COLUMNS = ("segment", "label", "task", "name", "type", "unit", "start_ps", "end_ps",
+              "duration_ps", "flops", "bytes")
+
+
+@dataclass
+class Result:
+    """Everything one :func:`npusim.simulate` call produced."""
+
+    metrics: dict[str, Any]
+    op_columns: dict[str, list]
+    unit_stats: dict[str, dict[str, int]]
+    config: dict[str, Any]
+    host: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ops(self) -> "pd.DataFrame":
+        """One row per executed task (segment, name, unit, start/end/duration in ps…)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.op_columns, columns=list(OP_COLUMNS))
+
+    @property
+    def units(self) -> "pd.DataFrame":
+        """One row per part: busy time, utilisation, bytes, transactions and extra counters."""
+        import pandas as pd
+
+        frame = pd.DataFrame.from_dict(self.unit_stats, orient="index").fillna(0)
+        frame.index.name = "unit"
+        latency = self.metrics["latency_ps"]
+        if "busy_ps" in frame and latency:
+            frame["utilisation"] = frame["busy_ps"] / latency
+        return frame
+
+    def trace(self) -> dict[str, Any]:
+        """The Perfetto/Chrome trace as a JSON-able dict."""
+        cols = self.op_columns
+        rows = []
+        for i in range(len(cols["task"])):
+            unit = cols["unit"][i]
+            owner, _, track = unit.partition(".")
+            rows.append((owner, track or owner, cols["name"][i], cols["start_ps"][i],
+                         cols["end_ps"][i], {"segment": cols["label"][i], "type": cols["type"][i],
+                                             "flops": cols["flops"][i], "bytes": cols["bytes"][i]}))
+        return build_trace(rows)
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write metrics.json, ops.csv, units.csv, trace.json, config.resolved.yaml, host.json."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
+        self.ops.to_csv(out / "ops.csv", index=False)
+        self.units.to_csv(out / "units.csv")
+        write_trace(self.trace(), out / "trace.json")
+        (out / "config.resolved.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
+        (out / "host.json").write_text(json.dumps(self.host, indent=2, sort_keys=True) + "\n")
+        return out

@@ -1,0 +1,189 @@
+"""Micro-benchmark workloads: a partitioned GEMM and an explicit task graph.
+
+These exercise every part (HBM DMA, SRAM, systolic array, vector unit, NoC collectives)
+without an LLM, so they serve as the quickstart scenario and as a way for users to time
+hand-written graphs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from npusim.core.errors import MappingError
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import Bytes, TimePs
+from npusim.mapping.taskgraph import Op, TaskGraph
+from npusim.workload.program import Program
+
+
+class GemmWorkloadConfig(PartConfig):
+    """``C[m,n] = A[m,k] @ W[k,n]`` split by columns of ``W`` over cores (1-D N partition).
+
+    Each core streams its weight slice from its HBM into SRAM in tiles of ``tile_n``
+    columns (double-buffered: tile ``j`` reuses the buffer of tile ``j-2``), multiplies
+    on its systolic array, applies an element-wise epilogue on the vector unit, and the
+    output slices are all-gathered over the NoC in ring order.
+    """
+
+    kind: Literal["gemm"] = "gemm"
+    m: int = Field(gt=0, description="Rows of the activation (tokens).")
+    k: int = Field(gt=0, description="Reduction dimension (hidden size).")
+    n: int = Field(gt=0, description="Output columns (split across cores).")
+    dtype_bytes: int = Field(2, ge=1, le=8, description="Bytes per element (2 = FP16/BF16).")
+    cores: list[int] = Field([0, 1, 2, 3], min_length=1, description="Core ids, in ring order.")
+    tile_n: int = Field(256, gt=0, description="Weight columns per streamed tile.")
+    weights_in: Literal["hbm", "sram"] = Field(
+        "hbm", description="Where weights live: streamed from HBM, or resident in SRAM.")
+    gather: bool = Field(True, description="All-gather the output slices over the NoC.")
+    repeat: int = Field(1, ge=1, description="Identical segments to run back to back "
+                                             "(like layers); repeats are memoised.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "GemmWorkloadConfig":
+        if len(set(self.cores)) != len(self.cores):
+            raise ValueError(f"cores lists a core twice: {self.cores}")
+        if self.n < len(self.cores):
+            raise ValueError(f"n={self.n} is smaller than the {len(self.cores)} cores it is split over")
+        return self
+
+
+@register("workload", GemmWorkloadConfig)
+def lower_gemm(device, config: GemmWorkloadConfig, seed: int = 0) -> Program:
+    """Build the partitioned-GEMM program."""
+    num_cores = getattr(device, "num_cores", None)
+    for core in config.cores:
+        if num_cores is not None and not 0 <= core < num_cores:
+            raise MappingError(f"workload.cores: core {core} does not exist "
+                               f"(the device has cores 0..{num_cores - 1})")
+    graph = TaskGraph(name="gemm")
+    parts = len(config.cores)
+    outputs = []
+    for rank, core in enumerate(config.cores):
+        cols = config.n // parts + (1 if rank < config.n % parts else 0)
+        done: list[int] = []
+        loads: list[int] = []
+        for start in range(0, cols, config.tile_n):
+            width = min(config.tile_n, cols - start)
+            deps = []
+            if config.weights_in == "hbm":
+                buffer_free = [done[-2]] if len(done) >= 2 else []
+                load = graph.transfer(f"core{core}.hbm", f"core{core}.sram",
+                                      config.k * width * config.dtype_bytes, buffer_free,
+                                      f"load W[:, {start}:{start + width}] @core{core}")
+                loads.append(load)
+                deps.append(load)
+            op = Op("gemm", m=config.m, k=config.k, n=width, dtype_bytes=config.dtype_bytes,
+                    name="gemm")
+            done.append(graph.compute(f"core{core}.sa", op, deps + done[-1:],
+                                      f"gemm tile {start // config.tile_n} @core{core}"))
+        epilogue = Op("elementwise", elements=config.m * cols, dtype_bytes=config.dtype_bytes,
+                      name="epilogue")
+        outputs.append(graph.compute(f"core{core}.vec", epilogue, done[-1:], f"epilogue @core{core}"))
+    if config.gather and parts > 1:
+        graph.collective("allgather", [f"core{c}" for c in config.cores],
+                         config.m * config.n * config.dtype_bytes, outputs, "allgather C")
+    program = Program(info={"flops": 2 * config.m * config.k * config.n * config.repeat})
+    for index in range(config.repeat):
+        program.append(graph, f"gemm[{index}]")
+    return program
+
+
+class _TaskSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("", description="Unique name other tasks refer to in 'after'.")
+    after: list[str] = Field(default_factory=list, description="Names of tasks this one waits for.")
+
+
+class OpSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["gemm", "elementwise", "softmax", "reduce"] = Field(description="Operation kind.")
+    m: int = Field(1, ge=1, description="GEMM rows.")
+    k: int = Field(1, ge=1, description="GEMM reduction dimension.")
+    n: int = Field(1, ge=1, description="GEMM columns.")
+    batch: int = Field(1, ge=1, description="Independent GEMMs of this shape.")
+    elements: int = Field(0, ge=0, description="Elements for non-GEMM ops.")
+    dtype_bytes: int = Field(2, ge=1, le=8, description="Bytes per element.")
+
+
+class ComputeSpec(_TaskSpec):
+    type: Literal["compute"] = "compute"
+    unit: str = Field(description="Compute unit, e.g. core0.sa.")
+    op: OpSpec = Field(description="The operation and its shape.")
+
+
+class TransferSpec(_TaskSpec):
+    type: Literal["transfer"] = "transfer"
+    src: str = Field(description="Source endpoint, e.g. core0.hbm.")
+    dst: str = Field(description="Destination endpoint, e.g. core0.sram.")
+    size_bytes: Bytes = Field(description="Bytes to move, e.g. 1MiB.")
+    pattern: Literal["sequential", "random"] = Field("sequential", description="Access pattern.")
+    chunk_bytes: Bytes = Field(0, description="Request size (0: the device's burst group).")
+
+
+class CollectiveSpec(_TaskSpec):
+    type: Literal["collective"] = "collective"
+    collective: Literal["allgather", "reduce_scatter", "allreduce", "broadcast", "all_to_all"] = \
+        Field(description="Collective kind.")
+    group: list[str] = Field(min_length=1, description="Member endpoints in ring order.")
+    size_bytes: Bytes = Field(description="Each member's full output size.")
+
+
+class HostSpec(_TaskSpec):
+    type: Literal["host"] = "host"
+    duration_ps: TimePs = Field(description="Fixed delay, e.g. 5us.")
+    resource: str = Field("host", description="Serialising resource ('none' = no resource).")
+
+
+TaskSpec = Annotated[Union[ComputeSpec, TransferSpec, CollectiveSpec, HostSpec],
+                     Field(discriminator="type")]
+
+
+class TaskGraphWorkloadConfig(PartConfig):
+    """An explicit task graph written in the scenario (for experiments and tests)."""
+
+    kind: Literal["taskgraph"] = "taskgraph"
+    tasks: list[TaskSpec] = Field(min_length=1, description="Tasks in dependency order.")
+    repeat: int = Field(1, ge=1, description="Identical segments to run back to back.")
+
+    @model_validator(mode="after")
+    def _check_names(self) -> "TaskGraphWorkloadConfig":
+        seen: set[str] = set()
+        for index, task in enumerate(self.tasks):
+            for ref in task.after:
+                if ref not in seen:
+                    raise ValueError(f"tasks[{index}].after names {ref!r}, which is not an "
+                                     "earlier task (tasks must be listed in dependency order)")
+            if task.name:
+                if task.name in seen:
+                    raise ValueError(f"tasks[{index}].name {task.name!r} is used twice")
+                seen.add(task.name)
+        return self
+
+
+@register("workload", TaskGraphWorkloadConfig)
+def lower_taskgraph(device, config: TaskGraphWorkloadConfig, seed: int = 0) -> Program:
+    graph = TaskGraph(name="taskgraph")
+    ids: dict[str, int] = {}
+    for index, spec in enumerate(config.tasks):
+        deps = [ids[name] for name in spec.after]
+        name = spec.name or f"task{index}"
+        if isinstance(spec, ComputeSpec):
+            op = Op(spec.op.kind, spec.op.m, spec.op.k, spec.op.n, spec.op.batch,
+                    spec.op.elements, dtype_bytes=spec.op.dtype_bytes, name=spec.op.kind)
+            tid = graph.compute(spec.unit, op, deps, name)
+        elif isinstance(spec, TransferSpec):
+            tid = graph.transfer(spec.src, spec.dst, spec.size_bytes, deps, name,
+                                 spec.pattern, spec.chunk_bytes)
+        elif isinstance(spec, CollectiveSpec):
+            tid = graph.collective(spec.collective, spec.group, spec.size_bytes, deps, name)
+        else:
+            tid = graph.host(spec.duration_ps, deps, name, spec.resource)
+        ids[name] = tid
+    program = Program()
+    for index in range(config.repeat):
+        program.append(graph, f"taskgraph[{index}]")
+    return program
