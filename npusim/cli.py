@@ -1,0 +1,141 @@
+"""Command line: ``npusim run | list | validate``.
+
+User mistakes (:class:`~npusim.core.errors.NpusimError`) print one clear message and
+exit non-zero; only bugs show a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from npusim.core.errors import NpusimError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="npusim: simulate LLM inference on NPUs and other accelerators.")
+
+
+def _guard(action: Callable[[], Any]) -> Any:
+    """Run ``action``; turn user errors into one message and a non-zero exit."""
+    try:
+        return action()
+    except NpusimError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _summary_table(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from npusim.core.units import format_bytes, format_time_ps
+
+    metrics = result.metrics
+    table = Table(title=f"{metrics['scenario']} ({metrics['mode']})", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("latency", format_time_ps(metrics["latency_ps"]))
+    for key in ("ttft_ps", "tbt_ps"):
+        if key in metrics:
+            table.add_row(key.removesuffix("_ps").upper(), format_time_ps(metrics[key]))
+    if metrics.get("throughput_flops_per_s"):
+        table.add_row("throughput", f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
+    for level, size in metrics["bytes_by_level"].items():
+        if size:
+            table.add_row(f"bytes moved @ {level}", format_bytes(size))
+    busiest = sorted(metrics["unit_utilisation"].items(), key=lambda kv: -kv[1])[:5]
+    for unit, share in busiest:
+        if share > 0:
+            table.add_row(f"utilisation {unit}", f"{100 * share:.1f}%")
+    table.add_row("events / transactions", f"{metrics['events']:,} / {metrics['transactions']:,}")
+    memo = metrics["memo"]
+    table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
+    table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")
+    Console().print(table)
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (hardware + workload + run)."),
+    hw: Optional[Path] = typer.Option(None, "--hw", help="Replace the scenario's hardware with this YAML."),
+    set_: List[str] = typer.Option([], "--set", help="Override a field: PATH=VALUE (repeatable)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="Fidelity: tlm or analytic."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default out/<name>)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table."),
+) -> None:
+    """Simulate one scenario and write metrics.json, ops.csv, units.csv, trace.json and
+    config.resolved.yaml."""
+    from npusim.api import simulate
+    from npusim.config.loader import load_scenario
+
+    def action() -> None:
+        overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
+        config = load_scenario(scenario, overrides, hw)
+        result = simulate(config)
+        out_dir = result.write(out or Path("out") / config.name)
+        if not quiet:
+            _summary_table(result)
+            typer.echo(f"results written to {out_dir}/")
+
+    _guard(action)
+
+
+@app.command("list")
+def list_parts() -> None:
+    """Show registered parts, presets, benches and scenarios."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from npusim.config.presets import list_presets, workloads_root
+    from npusim.core import registry
+    from npusim.validation.bench_registry import bench_names
+
+    console = Console()
+    table = Table(title="registered parts (kind: name)")
+    table.add_column("category")
+    table.add_column("kind")
+    table.add_column("description")
+    for category in registry.categories():
+        for kind, entry in registry.entries(category).items():
+            table.add_row(category, kind, entry.help)
+    console.print(table)
+    console.print("[bold]hardware presets[/bold]: " + ", ".join(list_presets()))
+    scenarios = sorted(str(p.relative_to(workloads_root().parent))
+                       for p in (workloads_root() / "scenarios").glob("*.yaml"))
+    console.print("[bold]scenarios[/bold]: " + ", ".join(scenarios))
+    console.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
+
+
+@app.command()
+def validate(
+    suite: Optional[str] = typer.Option(None, "--suite", help="Only cases of this suite."),
+    case: List[str] = typer.Option([], "--case", help="Only these case ids (repeatable)."),
+    fast: bool = typer.Option(False, "--fast", help="Skip cases marked slow."),
+    report: Optional[Path] = typer.Option(Path("docs/validation.md"), "--report",
+                                          help="Markdown report to write ('' for none)."),
+) -> None:
+    """Run reference cases: simulated vs reference vs error; non-zero exit on failure."""
+    from npusim.validation.runner import run_cases
+
+    def action() -> None:
+        outcomes = run_cases(suite=suite, ids=case, fast=fast, report=report or None)
+        failed = [o.case.id for o in outcomes if not o.passed]
+        if failed:
+            typer.secho(f"{len(failed)} of {len(outcomes)} cases failed: {', '.join(failed)}",
+                        fg=typer.colors.RED, err=True)
+            raise typer.Exit(1)
+        typer.secho(f"all {len(outcomes)} cases pass", fg=typer.colors.GREEN)
+
+    _guard(action)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    app(args=argv if argv is not None else sys.argv[1:], prog_name="npusim")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
