@@ -1,0 +1,84 @@
+"""Config loading: presets, overrides and error messages (independent of any device)."""
+
+from typing import Literal
+
+import pytest
+from pydantic import Field
+
+from npusim.config import loader
+from npusim.config.presets import load_preset
+from npusim.core.errors import ConfigError
+from npusim.core.registry import PartConfig
+from npusim.core.units import Bytes
+
+pytestmark = pytest.mark.unit
+
+
+class Sram(PartConfig):
+    kind: Literal["sram"] = "sram"
+    capacity_bytes: Bytes = Field(description="capacity")
+
+
+class Core(PartConfig):
+    kind: Literal["core"] = "core"
+    sram: Sram
+    lanes: int = Field(32, gt=0)
+
+
+class Hw(PartConfig):
+    kind: Literal["hw"] = "hw"
+    cores: list[Core]
+
+
+def test_error_names_full_path_value_and_expectation():
+    data = {"cores": [{"sram": {"capacity_bytes": "1MiB"}},
+                      {"sram": {"capacity_bytes": "12XB"}, "lanes": 0}]}
+    with pytest.raises(ConfigError) as info:
+        loader.validate(Hw, data, "hw.yaml")
+    text = str(info.value)
+    assert "hw.yaml" in text
+    assert "cores[1].sram.capacity_bytes" in text and "'12XB'" in text and "64MiB" in text
+    assert "cores[1].lanes" in text and "greater than 0" in text
+
+
+def test_unknown_key_suggests_the_closest_field():
+    with pytest.raises(ConfigError) as info:
+        loader.validate(Core, {"sram": {"capacity_bytes": 1}, "lane": 4}, "core.yaml")
+    assert "lane" in str(info.value) and "did you mean 'lanes'" in str(info.value)
+
+
+def test_overrides_parse_paths_and_yaml_values():
+    parts, value = loader.parse_override("hw.cores[2].sram.capacity_bytes=32MiB")
+    assert parts == ["hw", "cores", 2, "sram", "capacity_bytes"] and value == "32MiB"
+    data = {"hw": {"cores": [{}, {}, {"sram": {}}]}}
+    loader.apply_override(data, parts, value, "x")
+    assert data["hw"]["cores"][2]["sram"]["capacity_bytes"] == "32MiB"
+    assert loader.parse_override("run.seed=7")[1] == 7
+    with pytest.raises(ConfigError, match="PATH=VALUE"):
+        loader.parse_override("run.seed")
+    with pytest.raises(ConfigError, match="no list item 5"):
+        loader.apply_override(data, ["hw", "cores", 5, "x"], 1, "hw.cores[5].x=1")
+
+
+def test_presets_merge_with_sibling_keys_winning(tmp_path, monkeypatch):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "mem" / "base.yaml").write_text("kind: sram\ncapacity_bytes: 1MiB\nbanks: 4\n")
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
+    resolved = loader.resolve_presets({"sram": {"preset": "mem/base", "banks": 8}}, "s.yaml")
+    assert resolved == {"sram": {"kind": "sram", "capacity_bytes": "1MiB", "banks": 8}}
+    assert load_preset("mem/base")["banks"] == 4
+    with pytest.raises(ConfigError, match="no preset named 'mem/bse'.*mem/base"):
+        loader.resolve_presets({"sram": {"preset": "mem/bse"}}, "s.yaml")
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        loader.load_raw(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hw: [1, 2\n")
+    with pytest.raises(ConfigError, match="YAML syntax error"):
+        loader.load_raw(bad)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        loader.load_raw(empty)
