@@ -1,0 +1,1 @@
+"""Multi-core NPU strategies: tensor partitions, core placements, memory management."""
