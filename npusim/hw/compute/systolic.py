@@ -1,0 +1,182 @@
+"""Systolic array (cube unit): shape-aware GEMM timing with padded tiles.
+
+NpuSim (§3.1) times a GEMM on an ``N x N`` systolic array as
+
+    T_comp = N_tiles * T_cycles + T_inject
+
+where the operands are cut into array-sized tiles (the last one padded), ``T_cycles`` is
+the systolic time of one tile and ``T_inject`` a one-off injection latency.  We refine
+``N_tiles`` and ``T_cycles`` with SCALE-Sim v2's per-fold model
+(components.md, "Systolic array (SCALE-Sim v2)"):
+
+* the GEMM ``C[M,N] = A[M,K] @ W[K,N]`` is mapped onto the array as a spatial
+  ``Sr x Sc`` matrix and a temporal dimension ``T`` that depends on the dataflow:
+
+  ========  =====  =====  ====  ============================================
+  dataflow  Sr     Sc     T     stationary operand
+  ========  =====  =====  ====  ============================================
+  ``ws``    K      N      M     weights (``W`` tile pre-loaded into the PEs)
+  ``os``    M      N      K     outputs (partial sums accumulate in place)
+  ``is``    K      M      N     inputs (``A`` tile pre-loaded into the PEs)
+  ========  =====  =====  ====  ============================================
+
+* ``folds = ceil(Sr / R) * ceil(Sc / C)``; every fold costs a full array's cycles even
+  when the last row/column fold is only partly filled (padding counts);
+* cycles per fold, not overlapped between folds (SCALE-Sim v2):
+
+  - ``ws`` / ``is``: ``2R + C + T - 2`` = ``R`` cycles to shift the stationary tile
+    into the array + ``R + C + T - 2`` to stream ``T`` rows through it (skew fill and
+    drain included);
+  - ``os``: ``R + C + T - 2`` (no stationary pre-load; both operands stream, skewed).
+
+  For ``M = K = N = 1024`` on ``128 x 128`` this gives 64 folds x 1406 = 89,984 cycles
+  (``ws``) and 64 x 1278 = 81,792 (``os``), the SCALE-Sim v2 numbers.
+
+**Double buffering** (``double_buffer: true``, ``ws``/``is`` only): the PEs hold a
+second stationary register, so the pre-load of fold ``i+1`` (``R`` cycles) runs while
+fold ``i`` streams (``S = R + C + T - 2`` cycles).  Only the first load is exposed, plus
+whatever part of a later load does not fit under the previous fold's streaming::
+
+    cycles = R + folds * S + (folds - 1) * max(0, R - S)
+
+``os`` has no stationary operand to pre-load, so the flag changes nothing there.
+
+``batch`` independent GEMMs run back to back (``batch x`` the fold cycles); ``T_inject``
+(``inject_cycles``) is paid once per op.  Operands wider than the array's native
+``dtype_bytes`` take ``ceil(op.dtype_bytes / dtype_bytes)`` passes (assumption:
+multi-pass emulation, as INT8 arrays do for FP16); narrower operands run at the native
+rate (assumption: no sub-word packing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from npusim.core.errors import MappingError
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import FreqHz, cycles_to_ps
+from npusim.hw.base import ComputeUnit
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class SystolicConfig(PartConfig):
+    """A ``rows x cols`` systolic array of multiply-accumulate PEs."""
+
+    kind: Literal["systolic"] = "systolic"
+    rows: int = Field(
+        128, gt=0, description="PE rows R (NpuSim Table 3: 32-128 for large cores). For "
+                               "ws/is the reduction dimension K is laid along the rows.")
+    cols: int = Field(
+        128, gt=0, description="PE columns C (NpuSim Table 3: 32-128 for large cores).")
+    freq_hz: FreqHz = Field(
+        500_000_000, description="Array clock (NpuSim Table 3: 500 MHz core frequency).")
+    dataflow: Literal["ws", "os", "is"] = Field(
+        "ws", description="Stationary operand: 'ws' weight-, 'os' output-, 'is' "
+                          "input-stationary (SCALE-Sim v2 conventions).")
+    double_buffer: bool = Field(
+        False, description="Stationary registers are double-buffered: the weight (input) "
+                           "load of fold i+1 overlaps the streaming of fold i (ws/is only). "
+                           "Off by default to match SCALE-Sim v2, which does not overlap folds.")
+    inject_cycles: int = Field(
+        0, ge=0, description="NpuSim T_inject: one-off latency per op to inject the first "
+                             "operands (e.g. from SRAM into the array edge). Default 0 so that "
+                             "the SCALE-Sim v2 cycle counts are reproduced exactly.")
+    dtype_bytes: int = Field(
+        2, ge=1, le=8, description="Native operand width in bytes (2 = FP16/BF16; "
+                                   "assumption: FP16 arrays, the paper does not state the "
+                                   "precision). Wider operands take multiple passes.")
+
+
+@dataclass(frozen=True, slots=True)
+class SystolicBreakdown:
+    """Where the cycles of one GEMM go (all counts in array cycles)."""
+
+    dataflow: str
+    sr: int                 #: spatial rows of the mapped problem (before folding)
+    sc: int                 #: spatial columns of the mapped problem
+    t: int                  #: temporal dimension streamed per fold
+    row_folds: int          #: ceil(Sr / R)
+    col_folds: int          #: ceil(Sc / C)
+    folds: int              #: row_folds * col_folds (per GEMM, per pass)
+    passes: int             #: batch * dtype passes: the fold sequence is repeated this often
+    load_cycles_per_fold: int    #: stationary pre-load (R for ws/is, 0 for os)
+    stream_cycles_per_fold: int  #: R + C + T - 2
+    exposed_load_cycles: int     #: pre-load cycles not hidden by double buffering
+    inject_cycles: int
+    total_cycles: int
+    macs: int               #: useful multiply-accumulates (batch * M * K * N)
+    utilisation: float      #: macs / (R * C * total_cycles)
+    mapping_efficiency: float  #: Sr * Sc / (folds * R * C): PE fraction holding real data
+
+
+@register("compute", SystolicConfig)
+class SystolicArray(ComputeUnit):
+    """Systolic array: NpuSim T = N_tiles*T_cycles + T_inject with SCALE-Sim v2 folds."""
+
+    def __init__(self, name: str, config: SystolicConfig):
+        super().__init__(name, config)
+        self.rows = config.rows
+        self.cols = config.cols
+        self.freq_hz = config.freq_hz
+
+    # -- closed form -------------------------------------------------------------
+    def breakdown(self, m: int, k: int, n: int, batch: int = 1,
+                  dtype_bytes: int | None = None) -> SystolicBreakdown:
+        """Cycle breakdown of ``batch`` GEMMs ``[m,k] @ [k,n]`` (see the module docstring)."""
+        for label, value in (("m", m), ("k", k), ("n", n), ("batch", batch)):
+            if value < 0:
+                raise MappingError(f"{self.name}: GEMM {label}={value} must be >= 0")
+        cfg = self.config
+        R, C = self.rows, self.cols
+        sr, sc, t = {"ws": (k, n, m), "os": (m, n, k), "is": (k, m, n)}[cfg.dataflow]
+        width = cfg.dtype_bytes if dtype_bytes is None else dtype_bytes
+        passes = batch * _ceil_div(max(1, width), cfg.dtype_bytes)
+        macs = batch * m * k * n
+        if macs == 0:
+            return SystolicBreakdown(cfg.dataflow, sr, sc, t, 0, 0, 0, passes, 0, 0, 0, 0,
+                                     0, 0, 0.0, 0.0)
+        row_folds, col_folds = _ceil_div(sr, R), _ceil_div(sc, C)
+        folds = row_folds * col_folds
+        load = 0 if cfg.dataflow == "os" else R
+        stream = R + C + t - 2
+        total_folds = folds * passes
+        if load and cfg.double_buffer:
+            # First pre-load exposed; later ones hide under the previous fold's stream.
+            exposed = load + (total_folds - 1) * max(0, load - stream)
+        else:
+            exposed = total_folds * load
+        total = total_folds * stream + exposed + cfg.inject_cycles
+        return SystolicBreakdown(
+            dataflow=cfg.dataflow, sr=sr, sc=sc, t=t, row_folds=row_folds,
+            col_folds=col_folds, folds=folds, passes=passes, load_cycles_per_fold=load,
+            stream_cycles_per_fold=stream, exposed_load_cycles=exposed,
+            inject_cycles=cfg.inject_cycles, total_cycles=total, macs=macs,
+            utilisation=macs / (R * C * total),
+            mapping_efficiency=(sr * sc) / (folds * R * C))
+
+    def gemm_cycles(self, m: int, k: int, n: int, batch: int = 1) -> int:
+        """Array cycles for ``batch`` GEMMs ``[m,k] @ [k,n]`` at the native width."""
+        return self.breakdown(m, k, n, batch).total_cycles
+
+    def op_time_ps(self, op) -> int:
+        """Picoseconds for a ``gemm`` op on an idle array (pure: no statistics touched)."""
+        if not self.supports(op):
+            raise MappingError(f"{self.name}: a systolic array runs only 'gemm' ops, "
+                               f"got {op.kind!r} ({op.name or 'unnamed'}); "
+                               "place element-wise/softmax/reduce ops on a vector unit")
+        cycles = self.breakdown(op.m, op.k, op.n, op.batch, op.dtype_bytes).total_cycles
+        return cycles_to_ps(cycles, self.freq_hz)
+
+    def supports(self, op) -> bool:
+        return op.kind == "gemm"
+
+    @property
+    def peak_flops_per_s(self) -> int:
+        """2 * R * C * f (one MAC = two FLOPs)."""
+        return 2 * self.rows * self.cols * self.freq_hz

@@ -1,0 +1,102 @@
+"""Vector unit: SIMD lanes of ALUs for element-wise, softmax and reduction ops.
+
+NpuSim Table 3 sizes the vector unit as "64 ALUs/lane, 32-128 lanes" (large cores) at the
+500 MHz core clock.  An op is a number of ALU operations spread evenly over every ALU:
+
+    cycles = ceil(elements * ops_per_element / (lanes * alus_per_lane))
+             + pipeline_latency_cycles            (0 if there is no work)
+
+ALU operations per element by op kind:
+
+* ``elementwise`` – the op's own ``flops_per_element`` (the strategy knows whether it is
+  a residual add (1), RMSNorm (~4) or SiLU-gate (~5));
+* ``softmax`` – ``max(op.flops_per_element, softmax_ops_per_element)``; the default 5 is
+  one each of running max, subtract, exp, sum and divide per element (assumption: the
+  lanes have a special-function unit, so exp costs one issue slot as on the Ascend
+  vector unit; set it higher to emulate exp in software);
+* ``reduce`` – ``max(op.flops_per_element, reduce_ops_per_element)``; default 1 (one add
+  or max per element; the log-depth tree across lanes is part of the pipeline latency).
+
+An op may therefore declare a higher cost than the intrinsic one (a masked, scaled
+softmax) but never a lower one.  Data movement is not modelled here: operands are
+assumed resident in the register file / SRAM (DMA tasks move them).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from npusim.core.errors import MappingError
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import FreqHz, cycles_to_ps
+from npusim.hw.base import ComputeUnit
+
+_KINDS = ("elementwise", "softmax", "reduce")
+
+
+class VectorConfig(PartConfig):
+    """A SIMD vector unit: ``lanes x alus_per_lane`` ALUs."""
+
+    kind: Literal["vector"] = "vector"
+    lanes: int = Field(
+        64, gt=0, description="SIMD lanes (NpuSim Table 3: 32-128 on large cores, 32-64 on "
+                              "small cores; default 64 is an assumption inside that range).")
+    alus_per_lane: int = Field(
+        64, gt=0, description="ALUs per lane, each one operation per cycle "
+                              "(NpuSim Table 3: 64 ALUs/lane).")
+    freq_hz: FreqHz = Field(
+        500_000_000, description="Vector unit clock (NpuSim Table 3: 500 MHz core frequency).")
+    pipeline_latency_cycles: int = Field(
+        8, ge=0, description="Fixed cycles per op to fill and drain the ALU pipeline "
+                             "(assumption: 8, a typical FP16 vector pipeline depth).")
+    softmax_ops_per_element: int = Field(
+        5, ge=1, description="ALU operations per softmax element: max, subtract, exp, sum, "
+                             "divide (assumption: exp on a one-slot special-function unit).")
+    reduce_ops_per_element: int = Field(
+        1, ge=1, description="ALU operations per reduced element (one add or max).")
+
+
+@register("compute", VectorConfig)
+class VectorUnit(ComputeUnit):
+    """Vector unit: ceil(ALU ops / (lanes * ALUs per lane)) cycles + pipeline latency."""
+
+    def __init__(self, name: str, config: VectorConfig):
+        super().__init__(name, config)
+        self.alus = config.lanes * config.alus_per_lane
+
+    def ops_per_element(self, op) -> int:
+        """ALU operations per element of ``op`` (see the module docstring)."""
+        if op.kind == "softmax":
+            return max(op.flops_per_element, self.config.softmax_ops_per_element)
+        if op.kind == "reduce":
+            return max(op.flops_per_element, self.config.reduce_ops_per_element)
+        return op.flops_per_element
+
+    def cycles(self, op) -> int:
+        """Vector-unit cycles for ``op`` on an idle unit."""
+        if not self.supports(op):
+            raise MappingError(f"{self.name}: a vector unit runs {', '.join(_KINDS)} ops, "
+                               f"got {op.kind!r} ({op.name or 'unnamed'}); place GEMMs on a "
+                               "systolic array or roofline unit")
+        if op.elements < 0 or op.flops_per_element < 0:
+            raise MappingError(f"{self.name}: op {op.name or op.kind!r} has negative "
+                               f"elements ({op.elements}) or flops_per_element "
+                               f"({op.flops_per_element})")
+        work = op.elements * self.ops_per_element(op)
+        if work == 0:  # nothing to compute: the op is not issued at all
+            return 0
+        return -(-work // self.alus) + self.config.pipeline_latency_cycles
+
+    def op_time_ps(self, op) -> int:
+        """Picoseconds for ``op`` on an idle unit (pure: no statistics touched)."""
+        return cycles_to_ps(self.cycles(op), self.config.freq_hz)
+
+    def supports(self, op) -> bool:
+        return op.kind in _KINDS
+
+    @property
+    def peak_ops_per_s(self) -> int:
+        """ALU operations per second (lanes * ALUs per lane * f)."""
+        return self.alus * self.config.freq_hz

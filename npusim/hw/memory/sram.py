@@ -1,0 +1,166 @@
+"""SRAM scratchpad: banked, word-interleaved, fixed access latency.
+
+Geometry: ``banks`` banks share a total port width of ``bytes_per_cycle`` bytes per cycle
+(the sum over banks; each bank moves ``bytes_per_cycle / banks`` bytes a cycle).  Addresses
+are interleaved over the banks in ``interleave_bytes`` units: unit ``u = addr //
+interleave_bytes`` lives in bank ``u % banks``.  Capacity (``capacity_bytes``) is not
+checked here: the memory manager that places tensors enforces it.
+
+**Closed form** (``access_time_ps``, the analytic level)::
+
+    time = access_latency_cycles + max over banks ceil(bytes_in_bank * banks / bytes_per_cycle)
+
+for the bytes laid out from address 0.  A transfer covering whole interleave stripes runs
+at the full ``bytes_per_cycle``; a small access only uses the banks it touches (one
+64-byte word on one bank takes ``64 / (bytes_per_cycle / banks)`` cycles).  ``random``
+patterns are timed like sequential ones: an SRAM has no row buffer, and with several DMA
+chunks in flight the bank load evens out (assumption).  Reads and writes cost the same.
+
+**Transaction level** (``transact``): each bank keeps the time it becomes free.  A
+transaction reserves every bank it touches from ``max(now, bank free)`` for its share of
+the bytes, so requests that overlap in time and banks queue behind each other (two
+concurrent full-width requests take about twice as long) while requests on disjoint
+banks proceed in parallel.  The access latency is pipelined (paid per request, not
+holding the banks).  One SimPy timeout per transaction; the four phases are:
+
+* BEGIN_REQ – arrival; END_REQ – the first touched bank starts serving it (no request
+  queue limit is modelled, so there is no other back-pressure);
+* BEGIN_RESP – END_REQ + access latency; END_RESP – the last touched bank finishes,
+  + access latency.
+
+Uncontended, a sequence of transactions matches the closed form (same bank shares).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator, Literal
+
+from pydantic import Field
+
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import Bytes, FreqHz, cycles_to_ps
+from npusim.hw.base import SEQUENTIAL, AccessPattern, MemoryTarget, MemoryTransaction
+
+
+class SramConfig(PartConfig):
+    """A banked on-chip SRAM scratchpad."""
+
+    kind: Literal["sram"] = "sram"
+    capacity_bytes: Bytes = Field(
+        gt=0, description="Scratchpad size, e.g. '32MiB' (NpuSim Table 3: 8-128 MB per "
+                          "large core, 8-48 MB per small core). Enforced by the memory manager.")
+    banks: int = Field(
+        32, gt=0, description="Independent banks (assumption: 32; NpuSim does not give it).")
+    bytes_per_cycle: int = Field(
+        512, gt=0, description="Total bytes per cycle over all banks (each bank moves "
+                               "bytes_per_cycle / banks). NpuSim scales SRAM bandwidth with "
+                               "the systolic array; assumption: 512 B/cycle feeds a 128x128 "
+                               "FP16 array (128 inputs + 128 outputs x 2 B per cycle).")
+    interleave_bytes: int = Field(
+        64, gt=0, description="Address interleaving unit across banks (assumption: 64 B).")
+    freq_hz: FreqHz = Field(
+        500_000_000, description="SRAM clock (NpuSim Table 3: 500 MHz core frequency).")
+    access_latency_cycles: int = Field(
+        2, ge=0, description="Cycles from request to first data, pipelined (assumption: 2, "
+                             "a typical single-ported SRAM macro plus bank mux).")
+
+
+def bank_bytes(addr: int, size: int, banks: int, interleave: int) -> list[int]:
+    """Bytes of ``[addr, addr + size)`` that fall in each bank (word-interleaved)."""
+    out = [0] * banks
+    if size <= 0:
+        return out
+    end = addr + size
+    first_unit = addr // interleave
+    # Head: a partial first unit.
+    head_end = min(end, (first_unit + 1) * interleave)
+    if addr % interleave:
+        out[first_unit % banks] += head_end - addr
+        addr, first_unit = head_end, first_unit + 1
+    whole = (end - addr) // interleave
+    if whole:
+        rounds, extra = divmod(whole, banks)
+        if rounds:
+            for bank in range(banks):
+                out[bank] += rounds * interleave
+        for i in range(extra):
+            out[(first_unit + i) % banks] += interleave
+    tail = (end - addr) - whole * interleave
+    if tail > 0:
+        out[(first_unit + whole) % banks] += tail
+    return out
+
+
+@register("memory", SramConfig)
+class Sram(MemoryTarget):
+    """Banked SRAM scratchpad: latency + bank-limited bandwidth; banks contend in tlm."""
+
+    def __init__(self, name: str, config: SramConfig):
+        super().__init__(name, config)
+        self.capacity_bytes = config.capacity_bytes
+        self._bank_free_ps: list[int] = [0] * config.banks
+
+    # -- closed form -------------------------------------------------------------
+    def _bank_cycles(self, nbytes: int) -> int:
+        # bank rate = bytes_per_cycle / banks, kept exact in integers.
+        return -(-nbytes * self.config.banks // self.config.bytes_per_cycle)
+
+    def data_cycles(self, size_bytes: int, addr: int = 0) -> int:
+        """Cycles the busiest touched bank needs to move its share of the bytes."""
+        shares = bank_bytes(addr, size_bytes, self.config.banks, self.config.interleave_bytes)
+        return self._bank_cycles(max(shares))
+
+    def access_time_ps(self, size_bytes: int, is_write: bool = False,
+                       pattern: AccessPattern = SEQUENTIAL) -> int:
+        """Uncontended time to read or write ``size_bytes`` (see the module docstring)."""
+        if size_bytes <= 0:
+            return 0
+        cycles = self.config.access_latency_cycles + self.data_cycles(size_bytes)
+        return cycles_to_ps(cycles, self.config.freq_hz)
+
+    @property
+    def peak_bandwidth_bps(self) -> int:
+        return self.config.bytes_per_cycle * self.config.freq_hz
+
+    # -- transaction level -------------------------------------------------------
+    def bind(self, env: Any) -> None:
+        super().bind(env)
+        self._bank_free_ps = [0] * self.config.banks
+
+    def transact(self, txn: MemoryTransaction) -> Generator[Any, Any, MemoryTransaction]:
+        """SimPy process body: reserve the touched banks, wait until END_RESP, return ``txn``."""
+        env = self.env
+        if env is None:
+            raise RuntimeError(f"{self.name}: transact() called before bind(env)")
+        cfg = self.config
+        now = env.now
+        txn.begin_req_ps = now
+        latency = cycles_to_ps(cfg.access_latency_cycles, cfg.freq_hz)
+        if txn.size_bytes <= 0:
+            txn.end_req_ps = txn.begin_resp_ps = now
+            txn.end_resp_ps = now + latency
+        else:
+            shares = bank_bytes(txn.addr, txn.size_bytes, cfg.banks, cfg.interleave_bytes)
+            first_start, last_end, service = None, now, 0
+            free = self._bank_free_ps
+            for bank, nbytes in enumerate(shares):
+                if not nbytes:
+                    continue
+                start = max(now, free[bank])
+                busy = cycles_to_ps(self._bank_cycles(nbytes), cfg.freq_hz)
+                free[bank] = start + busy
+                first_start = start if first_start is None else min(first_start, start)
+                last_end = max(last_end, start + busy)
+                service = max(service, busy)
+            txn.end_req_ps = first_start
+            txn.begin_resp_ps = first_start + latency
+            txn.end_resp_ps = last_end + latency
+            stats = self.stats
+            stats.busy_ps += service
+            stats.transactions += 1
+            if txn.is_write:
+                stats.bytes_written += txn.size_bytes
+            else:
+                stats.bytes_read += txn.size_bytes
+        yield env.timeout(txn.end_resp_ps - now)
+        return txn

@@ -1,0 +1,229 @@
+"""Compute parts: systolic array (SCALE-Sim v2 numbers), vector unit, roofline engine."""
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from npusim.core.errors import MappingError
+from npusim.core import registry
+from npusim.hw.compute.roofline import RooflineConfig, RooflineUnit
+from npusim.hw.compute.systolic import SystolicArray, SystolicConfig
+from npusim.hw.compute.vector import VectorConfig, VectorUnit
+from npusim.mapping.taskgraph import Op
+from npusim.validation.bench_registry import get_bench
+
+pytestmark = pytest.mark.component
+
+
+def array(**fields) -> SystolicArray:
+    return SystolicArray("sa", SystolicConfig(**fields))
+
+
+# -- systolic array ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dataflow, expected", [("ws", 89_984), ("os", 81_792)])
+def test_scalesim_v2_reference_cycles(dataflow, expected):
+    sa = array(rows=128, cols=128, dataflow=dataflow)
+    assert sa.gemm_cycles(1024, 1024, 1024) == expected
+    parts = sa.breakdown(1024, 1024, 1024)
+    assert parts.folds == 64 and parts.mapping_efficiency == 1.0
+    assert parts.utilisation == pytest.approx(1024**3 / (128 * 128 * expected))
+
+
+def test_bench_reports_cycles_and_utilisation():
+    out = get_bench("systolic_gemm")(rows=128, cols=128, dataflow="ws", m=1024, k=1024, n=1024)
+    assert out["cycles"] == 89_984 and 0 < out["utilisation"] < 1
+    assert out["time_ps"] == 89_984 * 2000  # 500 MHz -> 2 ns per cycle
+
+
+def test_per_fold_formulas():
+    sa = array(rows=32, cols=16, dataflow="ws")
+    # ws: Sr=K, Sc=N, T=M; folds = ceil(100/32)*ceil(40/16) = 4*3; per fold 2R+C+T-2
+    assert sa.gemm_cycles(m=50, k=100, n=40) == 12 * (2 * 32 + 16 + 50 - 2)
+    os_ = array(rows=32, cols=16, dataflow="os")
+    # os: Sr=M, Sc=N, T=K; folds = ceil(50/32)*ceil(40/16) = 2*3; per fold R+C+T-2
+    assert os_.gemm_cycles(m=50, k=100, n=40) == 6 * (32 + 16 + 100 - 2)
+    is_ = array(rows=32, cols=16, dataflow="is")
+    # is: Sr=K, Sc=M, T=N; folds = 4 * ceil(50/16) = 16; per fold 2R+C+T-2
+    assert is_.gemm_cycles(m=50, k=100, n=40) == 16 * (2 * 32 + 16 + 40 - 2)
+
+
+def test_padding_of_last_tile_counts():
+    sa = array(rows=128, cols=128, dataflow="ws")
+    exact, padded = sa.breakdown(128, 128, 128), sa.breakdown(129, 129, 129)
+    assert exact.folds == 1 and padded.folds == 4  # like 256x256x256's folds
+    assert padded.folds == sa.breakdown(256, 256, 256).folds
+    # 129 costs far more than 128 and almost as much as 256 (only T differs).
+    assert padded.total_cycles > 3.9 * exact.total_cycles
+    assert padded.total_cycles == pytest.approx(sa.gemm_cycles(256, 256, 256), rel=0.2)
+    assert padded.mapping_efficiency == pytest.approx(129 * 129 / (4 * 128 * 128))
+
+
+def test_double_buffering_hides_weight_loads():
+    plain = array(dataflow="ws")
+    buffered = array(dataflow="ws", double_buffer=True)
+    r, c, t, folds = 128, 128, 1024, 64
+    assert buffered.gemm_cycles(1024, 1024, 1024) == r + folds * (r + c + t - 2)
+    assert buffered.gemm_cycles(1024, 1024, 1024) < plain.gemm_cycles(1024, 1024, 1024)
+    # A single fold cannot hide its own load.
+    assert buffered.gemm_cycles(128, 128, 128) == plain.gemm_cycles(128, 128, 128)
+    # Output-stationary has no stationary pre-load: the flag changes nothing.
+    assert (array(dataflow="os", double_buffer=True).gemm_cycles(512, 512, 512)
+            == array(dataflow="os").gemm_cycles(512, 512, 512))
+
+
+def test_double_buffer_exposes_load_longer_than_stream():
+    # R=128 load, stream R+C+T-2 with C=1, T=1: 128 -> load fully hidden (128 <= 128).
+    sa = array(rows=128, cols=1, dataflow="ws", double_buffer=True)
+    parts = sa.breakdown(m=1, k=256, n=3)  # folds = 2 * 3 = 6
+    assert parts.stream_cycles_per_fold == 128
+    assert parts.exposed_load_cycles == 128
+
+
+def test_batch_multiplies_and_inject_is_paid_once():
+    sa = array(inject_cycles=100)
+    one = sa.gemm_cycles(256, 256, 256)
+    assert sa.gemm_cycles(256, 256, 256, batch=3) == 3 * (one - 100) + 100
+    op = Op("gemm", m=256, k=256, n=256, batch=3)
+    assert sa.op_time_ps(op) == (3 * (one - 100) + 100) * 2000
+
+
+def test_wider_operands_take_more_passes():
+    sa = array(dtype_bytes=1)
+    base = sa.op_time_ps(Op("gemm", m=64, k=64, n=64, dtype_bytes=1))
+    assert sa.op_time_ps(Op("gemm", m=64, k=64, n=64, dtype_bytes=2)) == 2 * base
+
+
+def test_systolic_supports_only_gemm():
+    sa = array()
+    assert sa.supports(Op("gemm")) and not sa.supports(Op("softmax", elements=4))
+    with pytest.raises(MappingError, match="only 'gemm'"):
+        sa.op_time_ps(Op("softmax", elements=4))
+
+
+def test_op_time_is_pure():
+    sa = array()
+    sa.op_time_ps(Op("gemm", m=64, k=64, n=64))
+    assert sa.stats.busy_ps == 0 and sa.stats.ops == 0
+
+
+def test_registered_kinds():
+    # Read the table filled at import time rather than registry.lookup(), whose discover()
+    # imports every part module (this test must not depend on unrelated parts).
+    table = registry._ENTRIES["compute"]
+    assert table["systolic"].impl is SystolicArray and table["systolic"].config is SystolicConfig
+    assert table["vector"].impl is VectorUnit
+    assert table["roofline"].impl is RooflineUnit
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ({"rows": 0}, "rows"),
+    ({"cols": -4}, "cols"),
+    ({"dataflow": "rs"}, "dataflow"),
+    ({"freq_hz": "0Hz"}, "positive frequency"),
+    ({"inject_cycles": -1}, "inject_cycles"),
+    ({"row": 4}, "row"),
+])
+def test_systolic_invalid_config(fields, needle):
+    with pytest.raises(ValidationError, match=needle):
+        SystolicConfig(**fields)
+
+
+def test_systolic_config_parses_units():
+    assert SystolicConfig(freq_hz="1GHz").freq_hz == 1_000_000_000
+
+
+# -- vector unit --------------------------------------------------------------------------
+
+def test_vector_formula():
+    vec = VectorUnit("vec", VectorConfig(lanes=32, alus_per_lane=64, pipeline_latency_cycles=8))
+    op = Op("elementwise", elements=10_000, flops_per_element=3)
+    assert vec.cycles(op) == math.ceil(30_000 / 2048) + 8
+    assert vec.op_time_ps(op) == vec.cycles(op) * 2000
+    assert vec.cycles(Op("elementwise", elements=0)) == 0
+
+
+def test_vector_per_kind_costs():
+    vec = VectorUnit("vec", VectorConfig(lanes=64, pipeline_latency_cycles=0))
+    n = 4096 * 100
+    assert vec.cycles(Op("softmax", elements=n)) == 5 * 100
+    assert vec.cycles(Op("reduce", elements=n)) == 100
+    assert vec.cycles(Op("elementwise", elements=n)) == 100
+    # An op may declare a higher cost than the intrinsic one, never a lower one.
+    assert vec.cycles(Op("softmax", elements=n, flops_per_element=8)) == 800
+    cheap = VectorUnit("v", VectorConfig(lanes=64, pipeline_latency_cycles=0,
+                                         softmax_ops_per_element=12))
+    assert cheap.cycles(Op("softmax", elements=n)) == 1200
+
+
+def test_vector_rejects_gemm_and_bad_config():
+    vec = VectorUnit("vec", VectorConfig())
+    assert not vec.supports(Op("gemm"))
+    with pytest.raises(MappingError, match="vector unit"):
+        vec.op_time_ps(Op("gemm"))
+    with pytest.raises(ValidationError, match="lanes"):
+        VectorConfig(lanes=0)
+    with pytest.raises(ValidationError, match="alus_per_lane"):
+        VectorConfig(alus_per_lane=-1)
+
+
+# -- roofline ------------------------------------------------------------------------------
+
+def roof(**fields) -> RooflineUnit:
+    base = {"peak_flops_per_s": 1e13, "memory_bandwidth_bps": "100GB/s"}
+    return RooflineUnit("gpu", RooflineConfig(**{**base, **fields}))
+
+
+def test_roofline_compute_and_memory_bound():
+    unit = roof(launch_ps="5us")
+    big = Op("gemm", m=4096, k=4096, n=4096)
+    assert unit.bound(big) == "compute"
+    assert unit.op_time_ps(big) == math.ceil(big.flops / 1e13 * 1e12) + 5_000_000
+    gemv = Op("gemm", m=1, k=4096, n=4096)
+    assert unit.bound(gemv) == "memory"
+    size = gemv.input_bytes + gemv.output_bytes
+    assert unit.op_time_ps(gemv) == math.ceil(size / 100e9 * 1e12) + 5_000_000
+
+
+def test_roofline_saturating_curve_is_monotonic():
+    unit = roof(efficiency_max=0.8, efficiency_half_flops=1e9)
+    points = [10.0**e for e in range(3, 16)]
+    effs = [unit.efficiency(x) for x in points]
+    assert all(b > a for a, b in zip(effs, effs[1:]))
+    assert unit.efficiency(1e9) == pytest.approx(0.4)
+    assert effs[-1] == pytest.approx(0.8, rel=1e-5)
+    op = Op("gemm", m=512, k=512, n=512)
+    assert unit.op_time_ps(op) == math.ceil(op.flops * 1e12 / (1e13 * unit.efficiency(op.flops)))
+
+
+def test_roofline_table_interpolates_in_log_space():
+    unit = roof(efficiency_table=[[1e6, 0.1], [1e8, 0.5], [1e10, 0.9]])
+    assert unit.efficiency(1e3) == 0.1 and unit.efficiency(1e12) == 0.9
+    assert unit.efficiency(1e7) == pytest.approx(0.3)
+    assert unit.efficiency(1e9) == pytest.approx(0.7)
+    effs = [unit.efficiency(10.0 ** (e / 4)) for e in range(16, 48)]
+    assert all(b >= a for a, b in zip(effs, effs[1:]))
+
+
+def test_roofline_per_precision_peak():
+    unit = roof(peak_flops_per_s_by_dtype_bytes={1: 4e13})
+    int8 = Op("gemm", m=4096, k=4096, n=4096, dtype_bytes=1)
+    fp16 = Op("gemm", m=4096, k=4096, n=4096, dtype_bytes=2)
+    assert unit.op_time_ps(int8) == pytest.approx(unit.op_time_ps(fp16) / 4, rel=1e-6)
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ({"peak_flops_per_s": 0}, "peak_flops_per_s"),
+    ({"memory_bandwidth_bps": 0}, "memory_bandwidth_bps"),
+    ({"efficiency_max": 1.5}, "efficiency_max"),
+    ({"bandwidth_efficiency": 0}, "bandwidth_efficiency"),
+    ({"efficiency_table": [[1e6, 0.5], [1e5, 0.6]]}, "strictly increasing"),
+    ({"efficiency_table": [[1e6, 1.5]]}, r"efficiency must be in \(0, 1\]"),
+    ({"efficiency_table": [[1e6, 0.5]], "efficiency_half_flops": 1e6}, "not both"),
+    ({"launch_ps": "-3us"}, "non-negative"),
+])
+def test_roofline_invalid_config(fields, needle):
+    base = {"peak_flops_per_s": 1e13, "memory_bandwidth_bps": "100GB/s"}
+    with pytest.raises(ValidationError, match=needle):
+        RooflineConfig(**{**base, **fields})
