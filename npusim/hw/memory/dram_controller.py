@@ -1,0 +1,380 @@
+"""One DRAM channel's controller for the tlm fidelity: bounded queue, FR-FCFS, bank state.
+
+How it schedules (DRAMSys/DRAMsim3-like behaviour at request granularity):
+
+* Requests wait in a queue of ``queue_depth`` entries of one burst each, as in a
+  controller whose queue holds cache-line requests: a burst group takes one entry per
+  burst, and a group larger than the whole queue takes all of it.  A request that does
+  not fit waits at BEGIN_REQ (backpressure, first come first accepted) until entries
+  free; entries free when the request is committed to the command schedule.
+* The controller commits one request at a time.  It wakes only when the data bus is
+  booked less than ``tRP + tFAW + tRCD`` ahead (the latest moment the row switches of a
+  burst group can still be hidden, see ``DramTiming.commit_lead``), or when a request
+  arrives at an idle channel: never per cycle.
+* Committing means computing, from the bank, bank-group, rank and bus state, the
+  earliest legal time of every command the request needs (PRE, ACT, then the column
+  commands of its bursts as one closed-form phase, see :mod:`dram_timing`) and booking
+  them.  Commands may lie in the future; the state keeps "earliest next" times.
+* FR-FCFS: the request whose first data can start earliest wins, the oldest on ties.
+  A row hit is naturally ready first, so hits overtake older misses; a request that has
+  been overtaken ``starvation_limit`` times is served next regardless.
+* Open-page policy: a row stays open until a request needs another row of that bank or
+  a refresh closes it.
+* All-bank refresh per rank every tREFI (ranks staggered, channels in step), applied when a
+  decision passes its due time: the rank drains, precharges and is blocked for tRFC.
+
+Simplifications: one command per cycle on the command bus is not enforced; ACTs of a
+rank are issued in commit order; the data bus is used in commit order (no back-filling).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+import simpy
+from simpy.events import NORMAL
+
+from npusim.hw.base import UnitStats
+from npusim.hw.memory.dram_mapping import Segment
+from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming
+
+_NEVER = -(1 << 62)  # "long ago": no constraint from a command that never happened
+_INF = 1 << 62
+
+
+class DramCommand(NamedTuple):
+    """One DRAM command, as recorded in :attr:`DramChannel.command_log` (for tests/debug)."""
+
+    time_ps: int
+    command: str  # ACT, PRE, RD, WR (one entry per segment: its first column), REF
+    channel: int
+    rank: int
+    bank_group: int
+    bank: int
+    row: int
+    bursts: int = 0
+
+
+class DelayedEvent(simpy.Event):
+    """An event that succeeds at a known future time without a helper process."""
+
+    def succeed_in(self, delay: int, value: Any = None) -> None:
+        # Same fields simpy.Timeout sets; lets one pre-made event be fired later.
+        self._ok = True
+        self._value = value
+        self.env.schedule(self, NORMAL, delay)
+
+
+@dataclass(slots=True)
+class BankState:
+    """Open row and earliest legal command times of one bank."""
+
+    open_row: int = -1
+    act_ok: int = 0  # next ACT (tRC after ACT, tRP after PRE, end of refresh)
+    pre_ok: int = 0  # next PRE (tRAS after ACT, tRTP / write recovery after columns)
+    col_ok: int = 0  # next column command (tRCD after ACT)
+
+
+@dataclass(slots=True)
+class ChannelRequest:
+    """One channel's share of a transaction, as it waits in that channel's queue."""
+
+    segments: tuple[Segment, ...]
+    flat_banks: tuple[int, ...]
+    plan: ColumnPlan
+    bursts: int
+    is_write: bool
+    seq: int
+    on_accept: Callable[[int], None]
+    on_commit: Callable[[int, int], None]
+    entries: int = 1
+    bypassed: int = 0
+    fast: tuple[int, int, int, int] | None = None  # single segment: (bank, row, rank, group)
+
+
+@dataclass(slots=True)
+class _RankState:
+    last_act: int = _NEVER
+    faw: deque = field(default_factory=lambda: deque(maxlen=4))
+    col_ok: int = 0  # tCCD_S after the rank's last column command
+    wtr_ok: int = 0  # reads wait tWTR after the rank's last write data
+    refresh_due: int = _INF
+
+
+class ChannelController:
+    """Scheduler and state of one channel (see the module docstring)."""
+
+    def __init__(self, index: int, timing: DramTiming, ranks: int, bank_groups: int,
+                 banks_per_group: int, queue_depth: int, starvation_limit: int,
+                 stats: UnitStats):
+        self.index = index
+        self.t = timing
+        self.bank_groups = bank_groups
+        self.banks_per_group = banks_per_group
+        self.queue_depth = queue_depth
+        self.starvation_limit = starvation_limit
+        self.stats = stats
+        self.banks = [BankState() for _ in range(ranks * bank_groups * banks_per_group)]
+        self.ranks = [_RankState() for _ in range(ranks)]
+        self.bg_last_act = [_NEVER] * (ranks * bank_groups)
+        self.bg_col_ok = [0] * (ranks * bank_groups)
+        if timing.trefi:
+            for rank, state in enumerate(self.ranks):
+                # Ranks of a channel refresh staggered (one rank can serve while another
+                # refreshes); channels run identical timers, as DRAMsim3's per-channel
+                # controllers do, so a request striped over all channels meets one stall
+                # per tREFI rather than one per channel.
+                state.refresh_due = timing.trefi * (rank + 1) // ranks
+        self.bus_free = 0  # end of the last booked data transfer
+        self.bus_rank = -1
+        self.bus_write = False
+        self.horizon = 0  # end of the last booked column phase
+        self.queue: list[ChannelRequest] = []
+        self.occupied = 0  # queue entries (bursts) in use
+        self.blocked: deque[ChannelRequest] = deque()
+        self.command_log: list[DramCommand] | None = None
+        self.env: simpy.Environment | None = None
+        self._idle: simpy.Event | None = None
+
+    def flat_bank(self, seg: Segment) -> int:
+        return (seg.rank * self.bank_groups + seg.bank_group) * self.banks_per_group + seg.bank
+
+    # -- queue and process -------------------------------------------------------------
+    def bind(self, env: simpy.Environment) -> None:
+        self.env = env
+        env.process(self._run())
+
+    def offer(self, req: ChannelRequest) -> None:
+        """BEGIN_REQ: enqueue ``req`` now, or hold it until entries free (backpressure)."""
+        req.entries = min(req.bursts, self.queue_depth)
+        if len(req.segments) == 1:
+            seg = req.segments[0]
+            req.fast = (req.flat_banks[0], seg.row, seg.rank, seg.rank * self.bank_groups + seg.bank_group)
+        if not self.blocked and self.occupied + req.entries <= self.queue_depth:
+            self._admit(req, self.env.now)
+            if self._idle is not None and not self._idle.triggered:
+                self._idle.succeed()
+        else:
+            self.blocked.append(req)
+
+    def _admit(self, req: ChannelRequest, now: int) -> None:
+        self.queue.append(req)
+        self.occupied += req.entries
+        req.on_accept(now)
+
+    def _run(self):
+        env = self.env
+        lead = self.t.commit_lead
+        while True:
+            if not self.queue:
+                self._idle = env.event()
+                yield self._idle
+                self._idle = None
+                continue
+            wait = self.horizon - lead - env.now
+            if wait > 0:
+                yield env.timeout(wait)
+            self._decide(env.now)
+
+    def _decide(self, now: int) -> None:
+        self._refresh_until(now)
+        req = self._select(now)
+        self.queue.remove(req)
+        self.occupied -= req.entries
+        first_data, end = self._commit(req, now)
+        req.on_commit(first_data, end)
+        while self.blocked and self.occupied + self.blocked[0].entries <= self.queue_depth:
+            self._admit(self.blocked.popleft(), now)
+
+    def _select(self, now: int) -> ChannelRequest:
+        """FR-FCFS: earliest possible data first, oldest on ties, starvation-capped.
+
+        Single-segment requests (the common 64 B case) are evaluated inline with the
+        rank- and bus-level bounds computed once per decision; the scan stops early once
+        a request reaches the lowest bound, since nothing later can beat it.
+        """
+        queue = self.queue
+        oldest = queue[0]
+        if len(queue) == 1 or oldest.bypassed >= self.starvation_limit:
+            return oldest
+        t = self.t
+        trp, trcd, trrd_l = t.trp, t.trcd, t.trrd_l
+        floors = [self._column_floor(rank, write, now)
+                  for rank in range(len(self.ranks)) for write in (False, True)]
+        act_floors = [self._rank_act_floor(rank) for rank in range(len(self.ranks))]
+        lowest = min(floors)
+        banks, bg_last_act, bg_col_ok = self.banks, self.bg_last_act, self.bg_col_ok
+        best, best_start = oldest, _INF
+        for req in queue:
+            fast = req.fast
+            if fast is None:
+                start = self._plan(req, now)[0]
+            else:
+                flat, row, rank, group = fast
+                bank = banks[flat]
+                if bank.open_row == row:
+                    ready = bank.col_ok
+                else:
+                    if bank.open_row < 0:
+                        act = now
+                    else:
+                        act = (bank.pre_ok if bank.pre_ok > now else now) + trp
+                    act = max(act, bank.act_ok, act_floors[rank], bg_last_act[group] + trrd_l)
+                    ready = act + trcd
+                if bg_col_ok[group] > ready:
+                    ready = bg_col_ok[group]
+                floor = floors[2 * rank + req.is_write]
+                start = ready if ready > floor else floor
+            if start < best_start:
+                best, best_start = req, start
+                if start <= lowest:
+                    break
+        if best is not oldest:
+            oldest.bypassed += 1
+        return best
+
+    # -- timing ----------------------------------------------------------------------
+    def _column_floor(self, rank: int, is_write: bool, now: int) -> int:
+        """Earliest first column command of a request starting in ``rank``, from the
+        data bus (in-order use, rank switch, read/write turnaround) and tCCD_S/tWTR."""
+        t = self.t
+        state = self.ranks[rank]
+        gap = t.trtrs if self.bus_rank >= 0 and rank != self.bus_rank else 0
+        if is_write:
+            if not self.bus_write and self.bus_rank >= 0:
+                gap = max(gap, t.trtw)
+            return max(now, self.bus_free + gap - t.cwl, state.col_ok)
+        return max(now, state.wtr_ok, self.bus_free + gap - t.cl, state.col_ok)
+
+    def _rank_act_floor(self, rank: int) -> int:
+        """Earliest ACT in ``rank`` from tRRD_S and tFAW (committed ACTs only)."""
+        state = self.ranks[rank]
+        earliest = state.last_act + self.t.trrd_s
+        if len(state.faw) == 4:
+            earliest = max(earliest, state.faw[0] + self.t.tfaw)
+        return earliest
+
+    def _act_ok(self, rank: int, bg: int, pending: list[tuple[int, int, int]]) -> int:
+        """Earliest ACT in (rank, bg) given tRRD_S/L and tFAW, counting ACTs planned
+        earlier in the same request (``pending``: (rank, bg, time))."""
+        t = self.t
+        state = self.ranks[rank]
+        earliest = max(state.last_act + t.trrd_s, self.bg_last_act[rank * self.bank_groups + bg] + t.trrd_l)
+        window = list(state.faw)
+        for p_rank, p_bg, p_time in pending:
+            if p_rank == rank:
+                earliest = max(earliest, p_time + (t.trrd_l if p_bg == bg else t.trrd_s))
+                window.append(p_time)
+        if len(window) >= 4:
+            earliest = max(earliest, window[-4] + t.tfaw)
+        return earliest
+
+    def _plan(self, req: ChannelRequest, now: int) -> tuple[int, list[tuple[int, int, int]]]:
+        """Earliest column-phase start for ``req`` and the (segment, PRE, ACT) times it
+        needs, without changing any state."""
+        t = self.t
+        segs, plan = req.segments, req.plan
+        start = self._column_floor(segs[0].rank, req.is_write, now)
+        acts: list[tuple[int, int, int]] = []
+        pending: list[tuple[int, int, int]] = []
+        for k, seg in enumerate(segs):
+            bank = self.banks[req.flat_banks[k]]
+            if bank.open_row == seg.row:
+                ready = bank.col_ok
+            else:
+                if bank.open_row >= 0:
+                    pre = max(now, bank.pre_ok)
+                    act = pre + t.trp
+                else:
+                    pre, act = -1, now
+                act = max(act, bank.act_ok, self._act_ok(seg.rank, seg.bank_group, pending))
+                pending.append((seg.rank, seg.bank_group, act))
+                acts.append((k, pre, act))
+                ready = act + t.trcd
+            ready = max(ready, self.bg_col_ok[seg.rank * self.bank_groups + seg.bank_group])
+            start = max(start, ready - plan.first_offsets[k])
+        return start, acts
+
+    def _commit(self, req: ChannelRequest, now: int) -> tuple[int, int]:
+        """Book ``req``'s commands; return (first data time, last data time)."""
+        start, acts = self._plan(req, now)
+        for k, pre, act in acts:
+            self._activate(req.segments[k], req.flat_banks[k], pre, act)
+        self._book_columns(req, start, {k for k, _, _ in acts})
+        t, plan = self.t, req.plan
+        first_data = start + (t.cwl if req.is_write else t.cl)
+        end = first_data + plan.span
+        for rank in plan.ranks:
+            self.ranks[rank].col_ok = start + plan.span - t.t_burst + t.tccd_s
+            if req.is_write:
+                self.ranks[rank].wtr_ok = end + t.twtr
+        self.bus_free, self.bus_rank, self.bus_write = end, req.segments[-1].rank, req.is_write
+        self.horizon = start + plan.span
+        return first_data, end
+
+    def _book_columns(self, req: ChannelRequest, start: int, activated: set[int]) -> None:
+        """Column commands of every segment: precharge and tCCD_L bounds, hit counts."""
+        t, plan = self.t, req.plan
+        recovery = t.write_recovery() if req.is_write else t.trtp
+        for k, seg in enumerate(req.segments):
+            last = start + plan.last_offsets[k]
+            bank = self.banks[req.flat_banks[k]]
+            bank.pre_ok = max(bank.pre_ok, last + recovery)
+            group = seg.rank * self.bank_groups + seg.bank_group
+            self.bg_col_ok[group] = max(self.bg_col_ok[group], last + max(t.tccd_l, t.t_burst))
+            hit_bursts = seg.bursts - (k in activated)
+            if hit_bursts:
+                self.stats.add("row_hits", hit_bursts)
+            if self.command_log is not None:
+                self.command_log.append(DramCommand(
+                    start + plan.first_offsets[k], "WR" if req.is_write else "RD", self.index,
+                    seg.rank, seg.bank_group, seg.bank, seg.row, seg.bursts))
+
+    def _activate(self, seg: Segment, flat: int, pre: int, act: int) -> None:
+        t = self.t
+        bank = self.banks[flat]
+        if pre >= 0:
+            self.stats.add("precharges")
+            self.stats.add("row_conflicts")
+            self._log(pre, "PRE", seg, bank.open_row)
+        else:
+            self.stats.add("row_misses")
+        bank.open_row = seg.row
+        bank.col_ok = act + t.trcd
+        bank.act_ok = act + t.trc
+        bank.pre_ok = act + t.tras
+        state = self.ranks[seg.rank]
+        state.last_act = act
+        state.faw.append(act)
+        self.bg_last_act[seg.rank * self.bank_groups + seg.bank_group] = act
+        self.stats.add("activates")
+        self._log(act, "ACT", seg, seg.row)
+
+    def _log(self, time: int, command: str, seg: Segment, row: int) -> None:
+        if self.command_log is not None:
+            self.command_log.append(DramCommand(time, command, self.index, seg.rank,
+                                                seg.bank_group, seg.bank, row))
+
+    # -- refresh ---------------------------------------------------------------------
+    def _refresh_until(self, now: int) -> None:
+        for rank, state in enumerate(self.ranks):
+            while state.refresh_due <= now:
+                self._refresh(rank, state)
+
+    def _refresh(self, rank: int, state: _RankState) -> None:
+        """All-bank refresh of ``rank``: drain, precharge all, block for tRFC."""
+        t = self.t
+        per_rank = self.bank_groups * self.banks_per_group
+        banks = self.banks[rank * per_rank:(rank + 1) * per_rank]
+        precharge = max([state.refresh_due] + [b.pre_ok for b in banks if b.open_row >= 0])
+        begin = max([precharge + t.trp] + [b.act_ok for b in banks])
+        done = begin + t.trfc
+        for bank in banks:
+            bank.open_row = -1
+            bank.act_ok = done
+        state.refresh_due += t.trefi
+        self.stats.add("refreshes")
+        if self.command_log is not None:
+            self.command_log.append(DramCommand(begin, "REF", self.index, rank, -1, -1, -1))
