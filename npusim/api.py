@@ -72,14 +72,15 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
         key = id(graph)
         if key not in prepared:
             prepared[key] = (graph, prepare(graph, device))
-        run, _ = memo.run(prepared[key][1], execute)
+        run, reused = memo.run(prepared[key][1], execute)
         _append_rows(columns, run, index, label, clock, run_cfg.trace)
         for unit, stats in run.unit_stats.items():
             for name, value in stats.items():
                 totals[unit][name] += value
         clock += run.makespan_ps
-        events += run.events
-        transactions += run.transactions
+        if not reused:  # a memo hit replays timing without processing any event
+            events += run.events
+            transactions += run.transactions
         if progress is not None:
             progress(index + 1, len(program.segments))
 

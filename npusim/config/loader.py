@@ -112,7 +112,14 @@ def apply_override(data: dict, parts: list[str | int], value: Any, text: str) ->
             raise ConfigError("--set", [(_format_path(parts), f"no list item {last} here (in {text!r})")])
         node[last] = value
     elif isinstance(node, dict):
-        node[last] = value
+        current = node.get(last)
+        if (isinstance(current, dict) and "capacity_bytes" in current
+                and not isinstance(value, (dict, list))):
+            # Shorthand: a size assigned to a memory sets its capacity and keeps the rest
+            # of the preset (``--set hw.core.sram=32MiB``).
+            current["capacity_bytes"] = value
+        else:
+            node[last] = value
     else:
         raise ConfigError("--set", [(_format_path(parts), f"cannot set a key on a {type(node).__name__}")])
 
@@ -249,9 +256,24 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping")])
         data["hw"] = hw
+    return _resolve_with_overrides(data, overrides, source)
+
+
+def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -> dict:
+    """Resolve presets and apply ``--set`` overrides.
+
+    An override that names a preset (``hw.preset=npu/small_core_256``) replaces the preset
+    *before* resolution, so its siblings are merged onto the new preset; every other
+    override applies to the resolved tree, where preset-provided keys already exist.
+    """
+    parsed = [(text, *parse_override(text)) for text in overrides]
+    for text, parts, value in parsed:
+        if parts and parts[-1] == "preset":
+            apply_override(data, parts, value, text)
     data = resolve_presets(data, source)
-    for text in overrides:
-        parts, value = parse_override(text)
+    for text, parts, value in parsed:
+        if parts and parts[-1] == "preset":
+            continue
         value = resolve_presets(value, "--set", _format_path(parts))
         apply_override(data, parts, value, text)
     return data
@@ -275,8 +297,5 @@ def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",
     """Validate a scenario given as a Python mapping (presets and overrides allowed)."""
     from npusim.config.schema import scenario_model
 
-    resolved = resolve_presets(copy.deepcopy(dict(data)), source)
-    for text in overrides:
-        parts, value = parse_override(text)
-        apply_override(resolved, parts, value, text)
+    resolved = _resolve_with_overrides(copy.deepcopy(dict(data)), overrides, source)
     return validate(scenario_model(), resolved, source)

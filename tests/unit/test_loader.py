@@ -82,3 +82,24 @@ def test_missing_and_malformed_files(tmp_path):
     empty.write_text("")
     with pytest.raises(ConfigError, match="empty"):
         loader.load_raw(empty)
+
+
+def test_size_assigned_to_a_memory_sets_its_capacity_and_keeps_the_preset():
+    from npusim.config.loader import load_raw
+    from npusim.config.presets import REPO_ROOT
+
+    data = load_raw(REPO_ROOT / "workloads/scenarios/quickstart.yaml", ["hw.core.sram=8MiB"])
+    assert data["hw"]["core"]["sram"]["capacity_bytes"] == "8MiB"
+    assert data["hw"]["core"]["sram"]["banks"] == 32  # the rest of the preset survives
+
+
+def test_preset_override_replaces_the_preset_before_resolution(tmp_path, monkeypatch):
+    root = tmp_path / "hw"
+    (root / "mem").mkdir(parents=True)
+    (root / "mem" / "a.yaml").write_text("banks: 4\nwidth: 1\n")
+    (root / "mem" / "b.yaml").write_text("banks: 8\n")
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", str(root))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("sram: {preset: mem/a}\n")
+    data = loader.load_raw(scenario, ["sram.preset=mem/b"])
+    assert data["sram"] == {"banks": 8}

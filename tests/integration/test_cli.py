@@ -1,0 +1,82 @@
+"""The command line: outputs, and one clear message plus a non-zero exit for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from npusim.cli import main
+from npusim.config.presets import REPO_ROOT
+
+pytestmark = pytest.mark.component
+QUICKSTART = REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml"
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def test_run_writes_every_output(tmp_path, capsys):
+    code, out, _ = run_cli(["run", str(QUICKSTART), "--out", str(tmp_path), "--mode", "analytic"], capsys)
+    assert code in (0, None)
+    for name in ("metrics.json", "ops.csv", "units.csv", "trace.json", "config.resolved.yaml"):
+        assert (tmp_path / name).is_file(), name
+    assert json.loads((tmp_path / "metrics.json").read_text())["mode"] == "analytic"
+    assert "latency" in out
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("hw.noc.widht=4", "unknown key"),                          # unknown key
+    ("hw.core.sram.capacity_bytes=12XB", "'12XB'"),             # malformed unit
+    ("hw.core.sram.capacity_bytes=-4MiB", "non-negative"),      # negative size
+    ("hw.preset=npu/does_not_exist", "no preset named"),       # missing preset
+    ("workload.kind=warp_drive", "unknown kind 'warp_drive'"),  # unknown part
+])
+def test_bad_input_gives_one_clear_message_and_nonzero_exit(override, expected, tmp_path, capsys):
+    code, _, err = run_cli(["run", str(QUICKSTART), "--set", override, "--out", str(tmp_path)], capsys)
+    assert code != 0
+    assert expected in err and "Traceback" not in err
+    assert err.startswith("error: ")
+
+
+def test_missing_scenario_file(tmp_path, capsys):
+    code, _, err = run_cli(["run", str(tmp_path / "nope.yaml")], capsys)
+    assert code != 0 and "file not found" in err and "nope.yaml" in err
+
+
+def test_user_error_from_a_real_process_has_no_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nhw: {preset: npu/large_core_64}\nworkload: {kind: gemm, m: 0, k: 1, n: 1}\n")
+    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", str(bad)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "workload.m" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# Fuzz the loader: arbitrary YAML-able values at arbitrary paths either load or raise
+# ConfigError: never any other exception.
+_values = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12),
+                    st.floats(allow_nan=True), st.text(max_size=12),
+                    st.sampled_from(["64MiB", "12XB", "-1", "500MHz", "1e400", "[1, 2]", "{a: 1}"]))
+_paths = st.sampled_from([
+    "hw.noc.width", "hw.core.sram.capacity_bytes", "hw.core.systolic.rows", "hw.hbm",
+    "hw.kind", "workload.m", "workload.cores", "workload.kind", "run.mode", "run.seed",
+    "hw.core.dma.burst_group_bytes", "name", "hw.noc", "workload.tile_n", "hw.core.vector",
+])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=_paths, value=_values)
+def test_fuzz_loader_only_raises_config_errors(path, value):
+    from npusim.config.loader import load_scenario
+    from npusim.core.errors import ConfigError
+
+    try:
+        load_scenario(QUICKSTART, [f"{path}={json.dumps(value)}"])
+    except ConfigError as exc:
+        assert str(exc).strip()

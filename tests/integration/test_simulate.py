@@ -1,0 +1,82 @@
+"""End-to-end: simulate() on the quickstart scenario and on hand-written task graphs."""
+
+import json
+
+import pytest
+
+from npusim.api import simulate
+from npusim.config.presets import REPO_ROOT
+
+pytestmark = pytest.mark.component
+QUICKSTART = REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml"
+
+
+def scenario(tasks, **run):
+    return {"name": "t", "hw": {"preset": "npu/large_core_64"},
+            "workload": {"kind": "taskgraph", "tasks": tasks}, "run": run}
+
+
+def test_quickstart_runs_in_both_modes_and_reports_every_level():
+    for mode in ("tlm", "analytic"):
+        result = simulate(QUICKSTART, mode=mode)
+        metrics = result.metrics
+        assert metrics["latency_ps"] > 0 and metrics["flops"] > 0
+        assert metrics["bytes_by_level"]["hbm"] > 0 and metrics["bytes_by_level"]["sram"] > 0
+        assert metrics["bytes_by_level"]["noc"] > 0
+        assert set(result.ops["type"]) == {"compute", "transfer"}
+        assert (result.ops["end_ps"] >= result.ops["start_ps"]).all()
+        assert result.ops["end_ps"].max() == metrics["latency_ps"]
+
+
+def test_same_config_gives_byte_identical_metrics(tmp_path):
+    first = simulate(QUICKSTART).write(tmp_path / "a")
+    second = simulate(QUICKSTART).write(tmp_path / "b")
+    for name in ("metrics.json", "ops.csv", "trace.json", "config.resolved.yaml"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_trace_is_valid_chrome_trace_json(tmp_path):
+    out = simulate(QUICKSTART, mode="analytic").write(tmp_path)
+    trace = json.loads((out / "trace.json").read_text())
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert complete and all({"name", "ts", "dur", "pid", "tid"} <= set(e) for e in complete)
+    assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in trace["traceEvents"])
+
+
+UNCONTENDED = [
+    {"name": "load", "type": "transfer", "src": "core0.hbm", "dst": "core0.sram", "size_bytes": "2MiB"},
+    {"name": "mm", "type": "compute", "unit": "core0.sa", "after": ["load"],
+     "op": {"kind": "gemm", "m": 256, "k": 1024, "n": 1024}},
+    {"name": "send", "type": "transfer", "src": "core0.sram", "dst": "core9.sram",
+     "size_bytes": "512KiB", "after": ["mm"]},
+    {"name": "act", "type": "compute", "unit": "core9.vec", "after": ["send"],
+     "op": {"kind": "elementwise", "elements": 262144}},
+]
+
+
+def test_tlm_and_analytic_agree_within_3_percent_when_uncontended():
+    tlm = simulate(scenario(UNCONTENDED, mode="tlm")).metrics["latency_ps"]
+    analytic = simulate(scenario(UNCONTENDED, mode="analytic")).metrics["latency_ps"]
+    assert abs(tlm - analytic) / analytic < 0.03
+
+
+def test_contention_shows_in_tlm_but_not_in_analytic():
+    # Four DMA streams into one core's HBM at once, and two NoC flows over one link.
+    tasks = [{"name": f"load{i}", "type": "transfer", "src": "core0.hbm", "dst": "core0.sram",
+              "size_bytes": "1MiB"} for i in range(4)]
+    tasks += [{"name": "a", "type": "transfer", "src": "core0.sram", "dst": "core3.sram", "size_bytes": "1MiB"},
+              {"name": "b", "type": "transfer", "src": "core1.sram", "dst": "core2.sram", "size_bytes": "1MiB"}]
+    tlm = simulate(scenario(tasks, mode="tlm")).ops.set_index("name")["duration_ps"]
+    analytic = simulate(scenario(tasks, mode="analytic")).ops.set_index("name")["duration_ps"]
+    assert tlm[[f"load{i}" for i in range(4)]].max() > 3 * analytic["load0"]
+    assert tlm[["a", "b"]].max() > 1.5 * analytic["a"]
+
+
+def test_memoisation_reuses_identical_segments_with_identical_timing():
+    base = {"name": "m", "hw": {"preset": "npu/large_core_64"},
+            "workload": {"kind": "taskgraph", "tasks": UNCONTENDED, "repeat": 4}}
+    memo = simulate(base).metrics
+    plain = simulate({**base, "run": {"memoize": False}}).metrics
+    assert memo["memo"] == {"hits": 3, "misses": 1, "hit_rate": 0.75}
+    assert memo["latency_ps"] == plain["latency_ps"]
+    assert memo["events"] < plain["events"]
