@@ -59,7 +59,7 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     program = lower(device, config=scenario.workload, seed=run_cfg.seed)
 
     executor = _EXECUTORS[run_cfg.mode]
-    memo = SegmentMemo(enabled=run_cfg.memoize)
+    memo = SegmentMemo(enabled=run_cfg.memoize, canonical=device.canonical_cores)
     prepared: dict[int, Any] = {}
 
     def execute(graph) -> SegmentRun:

@@ -3,16 +3,54 @@
 Serving-length runs execute the same sub-graph (a decoder layer at a given batch shape)
 thousands of times.  A segment always starts on an idle device, so its timing depends
 only on its structure, the device and the mode: the structural signature of the graph
-(ops, shapes, placement, dependencies) is the key.  Hits and misses are reported.
+(ops, shapes, placement, dependencies) is the key.  When the device declares a
+symmetry (:meth:`Device.canonical_cores`: a layer on cores 4-7 of a mesh times exactly
+like the same layer on cores 0-3), placements are first moved to a canonical position,
+so pipeline stages on different core groups share one entry; the reused run's per-unit
+counters are renamed back onto the cores the segment actually used.  Hits and misses are
+reported.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from npusim.executor.base import SegmentRun
 from npusim.mapping.taskgraph import TaskGraph
+
+_CORE = re.compile(r"core(\d+)")
+_LINK = re.compile(r"link\((\d+), (\d+)\)")
+Canonicaliser = Callable[[set[int]], "dict[int, int] | None"]
+
+
+def graph_cores(graph: TaskGraph) -> set[int]:
+    """Core indices named anywhere in ``graph`` (units, endpoints, collective groups)."""
+    cores: set[int] = set()
+    for task in graph.tasks:
+        cores.update(int(found) for found in _CORE.findall(repr(task.signature())))
+    return cores
+
+
+def relabel_units(stats: dict[str, dict[str, int]], mapping: dict[int, int]) -> dict[str, dict[str, int]]:
+    """``stats`` with every ``coreN`` and ``link(a, b)`` renamed through ``mapping``."""
+    if all(old == new for old, new in mapping.items()):
+        return stats
+
+    def rename(name: str) -> str:
+        name = _CORE.sub(lambda m: f"core{mapping.get(int(m[1]), int(m[1]))}", name)
+        return _LINK.sub(lambda m: f"link({mapping.get(int(m[1]), int(m[1]))}, "
+                                   f"{mapping.get(int(m[2]), int(m[2]))})", name)
+
+    return {rename(unit): values for unit, values in stats.items()}
+
+
+@dataclass
+class _Entry:
+    run: SegmentRun
+    to_canonical: dict[int, int]
 
 
 @dataclass
@@ -20,33 +58,57 @@ class SegmentMemo:
     """Per-simulation cache (never global: two simulations never share one implicitly)."""
 
     enabled: bool = True
+    canonical: Canonicaliser | None = None
     hits: int = 0
     misses: int = 0
-    _runs: dict[str, SegmentRun] = field(default_factory=dict)
-    _signatures: dict[int, tuple[TaskGraph, str]] = field(default_factory=dict)
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+    _keys: dict[int, tuple[TaskGraph, str, dict[int, int]]] = field(default_factory=dict)
 
-    def signature(self, graph: TaskGraph) -> str:
-        cached = self._signatures.get(id(graph))
+    def key(self, graph: TaskGraph) -> tuple[str, dict[int, int]]:
+        """Structural key of ``graph`` and the core relabelling that produced it."""
+        cached = self._keys.get(id(graph))
         if cached is not None and cached[0] is graph:
-            return cached[1]
-        signature = graph.signature()
-        self._signatures[id(graph)] = (graph, signature)
-        return signature
+            return cached[1], cached[2]
+        mapping: dict[int, int] = {}
+        if self.canonical is not None:
+            mapping = self.canonical(graph_cores(graph)) or {}
+        if mapping and any(old != new for old, new in mapping.items()):
+            digest = hashlib.blake2b(digest_size=16)
+            rename = lambda m: f"core{mapping.get(int(m[1]), int(m[1]))}"  # noqa: E731
+            for task in graph.tasks:
+                digest.update(_CORE.sub(rename, repr(task.signature())).encode())
+            signature = digest.hexdigest()
+        else:
+            signature = graph.signature()
+        self._keys[id(graph)] = (graph, signature, mapping)
+        return signature, mapping
 
     def run(self, graph: TaskGraph, compute: Callable[[TaskGraph], SegmentRun]) -> tuple[SegmentRun, bool]:
-        """The run of ``graph``, computed or reused; the flag says whether it was a hit."""
+        """The run of ``graph``, computed or reused; the flag says whether it was a hit.
+
+        A reused run carries ``graph`` itself and per-unit counters renamed onto the
+        cores ``graph`` uses, so callers never see another placement's names.
+        """
         if not self.enabled:
             self.misses += 1
             return compute(graph), False
-        key = self.signature(graph)
-        run = self._runs.get(key)
-        if run is not None:
-            self.hits += 1
-            return run, True
-        self.misses += 1
-        run = compute(graph)
-        self._runs[key] = run
-        return run, False
+        key, mapping = self.key(graph)
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            run = compute(graph)
+            self._entries[key] = _Entry(run, mapping)
+            return run, False
+        self.hits += 1
+        if entry.run.graph is graph:
+            return entry.run, True
+        from_canonical = {new: old for old, new in mapping.items()}
+        original_to_here = {old: from_canonical.get(canon, canon)
+                            for old, canon in entry.to_canonical.items()}
+        run = entry.run
+        return SegmentRun(graph, run.starts, run.ends,
+                          relabel_units(run.unit_stats, original_to_here),
+                          run.events, run.transactions, dict(run.extra)), True
 
     @property
     def hit_rate(self) -> float:

@@ -97,6 +97,16 @@ class Device:
         """Stages, chunking and addresses for ``task`` (device-specific)."""
         raise NotImplementedError
 
+    def canonical_cores(self, cores: set[int]) -> dict[int, int] | None:
+        """A relabelling of ``cores`` under which timing is unchanged, or ``None``.
+
+        Devices with a translation-symmetric topology (a mesh with dimension-order
+        routing, a ring) return the shift that moves the set to the origin, so that the
+        same layer placed on another group of cores is recognised as the same segment by
+        the memo.  The default is no symmetry.
+        """
+        return None
+
     def reduce_unit(self, endpoint: str) -> str | None:
         """Compute unit that adds partial sums arriving at ``endpoint`` (None: free)."""
         return None
@@ -126,13 +136,18 @@ class Device:
             part.reset_stats()
 
     def unit_stats(self) -> dict[str, dict[str, int]]:
+        """Counters of every part that did any work (idle parts are omitted: a 256-core
+        chip running a 4-core segment reports 4 cores, not 256 rows of zeros)."""
         stats = {}
         for name, part in self.parts.items():
-            stats[name] = part.stats.as_dict()
+            values = part.stats.as_dict()
+            if any(values.values()):
+                stats[name] = values
             extra = getattr(part, "link_stats", None)
             if callable(extra):
-                for link, values in extra().items():
-                    stats[f"{name}.link{link}"] = dict(values)
+                for link, counters in extra().items():
+                    if any(counters.values()):
+                        stats[f"{name}.link{link}"] = dict(counters)
         return stats
 
     # -- transfer timing -----------------------------------------------------------

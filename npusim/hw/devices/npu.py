@@ -109,6 +109,24 @@ class NpuDevice(Device):
             raise MappingError(f"endpoint {name!r}: this device has no HBM")
         return core, level
 
+    def canonical_cores(self, cores: set[int]) -> dict[int, int] | None:
+        # Every core is identical and routing is translation-invariant (XY routing on a
+        # mesh; index order on a ring or line), and each segment starts on an idle chip,
+        # so shifting a placement leaves its timing unchanged.  Shift to the origin.
+        if not cores:
+            return None
+        noc = self.config.noc
+        if noc.topology == "mesh":
+            width = noc.width
+            dx = min(core % width for core in cores)
+            dy = min(core // width for core in cores)
+            shift = dy * width + dx
+        else:
+            if noc.topology == "ring" and len(cores) > 1:
+                return None  # wrap-around sets have no unique origin; keep them distinct
+            shift = min(cores)
+        return {core: core - shift for core in cores}
+
     def reduce_unit(self, endpoint: str) -> str | None:
         core, _ = self.endpoint(endpoint)
         return f"core{core}.vec"
