@@ -63,6 +63,8 @@ def parse_bytes(value: object) -> int:
     """
     number = _plain_number(value, "a size in bytes")
     if number is not None:
+        if not math.isfinite(number):
+            raise UnitError(f"expected a finite size, got {value!r}")
         if number != int(number):
             raise UnitError(f"expected a whole number of bytes, got {value!r}")
         return _as_nonneg_int(number, value, "size")
@@ -75,6 +77,8 @@ def parse_bytes(value: object) -> int:
     scale = _PREFIX[match[1]]
     bits = num * scale if match[2] == "b" else None
     total = bits / 8 if bits is not None else num * scale
+    if not math.isfinite(total):
+        raise UnitError(f"expected a finite size, got {value!r}")
     if abs(total - round(total)) > 1e-6 * max(1.0, abs(total)):
         raise UnitError(f"expected a whole number of bytes, got {value!r} = {total} B")
     return _as_nonneg_int(total, value, "size")

@@ -41,6 +41,7 @@ def test_parse_bandwidth(text, expected):
     (parse_bytes, "12XB"), (parse_bytes, "-4KiB"), (parse_bytes, "3.3B"), (parse_bytes, True),
     (parse_time_ps, "15 parsecs"), (parse_time_ps, "nan ns"), (parse_freq_hz, "0Hz"),
     (parse_freq_hz, "500MB"), (parse_bandwidth_bps, "460GB"), (parse_bytes, [1]),
+    (parse_bytes, float("inf")), (parse_bytes, "1e999MiB"), (parse_bytes, float("nan")),
 ])
 def test_bad_values_raise_with_the_value_in_the_message(parse, bad):
     with pytest.raises(UnitError) as info:
