@@ -1,0 +1,373 @@
+"""GEMM tensor partitions on a TP group of NPU cores (NpuSim §4.1, Fig. 3, Table 2).
+
+A partition strategy lowers one GEMM ``C[m, n] = A[m, k] @ W[k, n]`` (``batch`` times)
+onto the cores of a :class:`~npusim.strategies.npu.placement.Group` as compute tasks on
+each core's systolic array (``core{i}.sa``), reductions on its vector unit
+(``core{i}.vec``), HBM->SRAM weight loads (``core{i}.hbm -> core{i}.sram``) and NoC
+transfers between SRAMs, all in ring order.  Three strategies are registered under the
+``partition`` category, one file each:
+
+* ``mn``  (:mod:`.partition_mn`): 1-D M/N partition, operand rotation = ring AllGather;
+* ``k``   (:mod:`.partition_k`): 1-D K partition, ring AllReduce of partial outputs;
+* ``mnk`` (:mod:`.partition_mnk`): 2-D, AllReduce along grid rows + AllGather along columns.
+
+Each module docstring and ``docs/partition.md`` give the per-core memory and
+communication formulas (the paper's Table 2, derived from the ring algorithms) that
+:meth:`PartitionStrategy.cost` returns.
+
+Shared assumptions:
+
+* the input activation is already on every core in the slice that strategy needs (the
+  previous operator leaves it there; ``deps[core]`` says when) and the output is left in
+  the strategy's natural layout (each strategy's docstring says which);
+* the unit of pipelining is a *tile* of the rotating operand of about
+  ``GemmSpec.weight_tile_bytes``: computing tile ``t`` overlaps moving tile ``t + 1``;
+* sends from one core are serialised (one NoC injection port per core, as are the HBM
+  loads of one core's DMA), so the analytic executor, which ignores contention, does
+  not overlap a core's sends with each other;
+* collectives are expanded here into explicit transfers rather than emitted as
+  :class:`~npusim.mapping.taskgraph.CollectiveTask`: a collective task waits for every
+  member before any member sends, whereas the fused ring steps here let each core start
+  as soon as its own data is ready, which is how compute overlaps communication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import isqrt
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+
+from npusim.core import registry
+from npusim.core.errors import MappingError
+from npusim.core.registry import PartConfig
+from npusim.mapping.taskgraph import Op, TaskGraph
+from npusim.strategies.npu.placement import Group, ring_hops
+
+__all__ = ["GemmSpec", "PartitionCost", "PartitionStrategy", "get_partition", "split",
+           "splits", "ceil_div", "tile_extents", "tile_extent", "Ports", "rotate_rings",
+           "ring_allreduce", "join_outputs", "max_ring_hops", "grid_of", "square_rows"]
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """One GEMM ``C[m, n] = A[m, k] @ W[k, n]`` (repeated ``batch`` times) to partition.
+
+    ``weights_in`` says where each core's weight slice lives: ``sram`` (resident) or
+    ``hbm`` (streamed HBM->SRAM by the core's DMA in tiles of ``weight_tile_bytes``,
+    double-buffered, before use).  ``weight_tile_bytes`` is also the pipelining grain of
+    the rotating operand: larger tiles mean fewer simulated events but less overlap.
+    """
+
+    name: str
+    m: int
+    k: int
+    n: int
+    dtype_bytes: int = 2
+    batch: int = 1
+    weights_in: Literal["sram", "hbm"] = "sram"
+    weight_tile_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for label in ("m", "k", "n", "dtype_bytes", "batch", "weight_tile_bytes"):
+            if getattr(self, label) < 1:
+                raise MappingError(f"GEMM {self.name!r}: {label}={getattr(self, label)} "
+                                   "must be >= 1")
+        if self.weights_in not in ("sram", "hbm"):
+            raise MappingError(f"GEMM {self.name!r}: weights_in={self.weights_in!r}; "
+                               "expected 'sram' or 'hbm'")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.k * self.n
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one ``(i, j)`` element across the batch (``dtype_bytes * batch``)."""
+        return self.dtype_bytes * self.batch
+
+
+@dataclass(frozen=True)
+class PartitionCost:
+    """NpuSim Table 2 quantities for one core (bytes / hops).
+
+    ``input_bytes``, ``weight_bytes``, ``output_bytes``: the slices a core holds (receive
+    buffers not included); ``comm_bytes``: total bytes one core sends over the NoC during
+    the GEMM (exact when every split is even, else the largest core's, up to rounding);
+    ``max_hops``: the longest single ring step on the placement.
+    """
+
+    input_bytes: int
+    weight_bytes: int
+    output_bytes: int
+    comm_bytes: int
+    max_hops: int
+
+
+class PartitionStrategy(Protocol):
+    """What the LLM lowering calls to place one GEMM on a TP group."""
+
+    def lower(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
+              deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
+        """Add ``gemm``'s tasks on ``group.cores`` to ``graph``.
+
+        ``deps[core]``: task ids after which that core's input slice is ready (missing
+        cores: ready at once).  Returns, per core, the task ids after which that core's
+        output slice is complete.  ``width`` is the mesh width (for hop counts)."""
+        ...
+
+    def cost(self, gemm: GemmSpec, group: Group, width: int) -> PartitionCost:
+        """Closed-form per-core memory, communication and hops (Table 2)."""
+        ...
+
+
+def get_partition(kind_or_config: str | PartConfig | Mapping[str, Any]) -> PartitionStrategy:
+    """The strategy for ``"mn"`` / ``"k"`` / ``"mnk"``, a config object, or a mapping such
+    as ``{"kind": "mn", "rotate": "input"}`` (validated against the registered config)."""
+    if isinstance(kind_or_config, str):
+        kind_or_config = {"kind": kind_or_config}
+    if isinstance(kind_or_config, Mapping):
+        kind = kind_or_config.get("kind")
+        entry = registry.lookup("partition", str(kind))
+        config = entry.config.model_validate(dict(kind_or_config))
+    else:
+        config = kind_or_config
+    return registry.build("partition", config)
+
+
+# -- sizes ------------------------------------------------------------------------------
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def split(total: int, parts: int, index: int) -> int:
+    """Size of part ``index`` when ``total`` is split into ``parts`` balanced parts."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def splits(total: int, parts: int) -> list[int]:
+    return [split(total, parts, i) for i in range(parts)]
+
+
+#: Tile extents are rounded down to a multiple of this many rows/columns (when at least
+#: that large) so that tiling adds no partial systolic-array folds; 128 is the array
+#: width of the presets and a multiple of the smaller arrays' widths.
+TILE_ALIGN = 128
+
+
+def tile_extent(tile_bytes: int, bytes_per_unit: int) -> int:
+    """Rows/columns per tile so that a tile is at most about ``tile_bytes`` (at least one;
+    a multiple of :data:`TILE_ALIGN` when one fits)."""
+    extent = max(1, tile_bytes // max(1, bytes_per_unit))
+    return extent // TILE_ALIGN * TILE_ALIGN if extent >= TILE_ALIGN else extent
+
+
+def tile_extents(extent: int, per_tile: int) -> list[int]:
+    """``extent`` cut into tiles of ``per_tile`` (the last one shorter); ``[]`` if empty."""
+    return [min(per_tile, extent - start) for start in range(0, extent, per_tile)]
+
+
+def gemm_op(gemm: GemmSpec, m: int, k: int, n: int) -> Op:
+    return Op("gemm", m=m, k=k, n=n, batch=gemm.batch, dtype_bytes=gemm.dtype_bytes,
+              name=gemm.name)
+
+
+def add_op(gemm: GemmSpec, elements: int) -> Op:
+    """Element-wise add of an incoming partial sum (``elements`` across the batch)."""
+    return Op("elementwise", elements=max(1, elements), dtype_bytes=gemm.dtype_bytes,
+              name="reduce_add")
+
+
+# -- placement geometry ----------------------------------------------------------------
+
+def max_ring_hops(rings: Sequence[Sequence[int]], width: int) -> int:
+    """The longest single step over every ring (0 if no ring has two members)."""
+    return max((h for ring in rings for h in ring_hops(tuple(ring), width)), default=0)
+
+
+def square_rows(tp: int) -> int:
+    """Rows of the most square ``rows x cols`` factorisation of ``tp`` (rows <= cols)."""
+    return max(r for r in range(1, isqrt(tp) + 1) if tp % r == 0)
+
+
+def grid_of(group: Group, rows: int = 0) -> tuple[tuple[int, ...], ...]:
+    """The group as a 2-D grid: its own grid if it has one (``rows > 1``) and ``rows`` is
+    not forced, else the ring order read row by row into ``rows`` (0: most square)."""
+    tp = len(group.cores)
+    if rows == 0 and group.rows > 1:
+        return group.grid
+    rows = rows or square_rows(tp)
+    if tp % rows:
+        raise MappingError(f"a grid of {rows} rows does not divide the TP group of {tp} cores")
+    if rows == group.rows:
+        return group.grid
+    cols = tp // rows
+    return tuple(tuple(group.cores[r * cols:(r + 1) * cols]) for r in range(rows))
+
+
+# -- task building blocks --------------------------------------------------------------
+
+class Ports:
+    """Serialises each core's NoC sends (one injection port) and HBM loads (one DMA).
+
+    Every send/load depends on the previous one issued by the same core, in creation
+    order; creation order is topological, so this adds no cycle."""
+
+    def __init__(self, graph: TaskGraph):
+        self.graph = graph
+        self._send: dict[int, int] = {}
+        self._load: dict[int, int] = {}
+        self.sent_bytes: dict[int, int] = {}
+
+    def send(self, src: int, dst: int, size_bytes: int, deps: Sequence[int], name: str) -> int:
+        chain = [self._send[src]] if src in self._send else []
+        tid = self.graph.transfer(f"core{src}.sram", f"core{dst}.sram", size_bytes,
+                                  _unique(list(deps) + chain), name)
+        self._send[src] = tid
+        self.sent_bytes[src] = self.sent_bytes.get(src, 0) + int(size_bytes)
+        return tid
+
+    def load(self, core: int, size_bytes: int, deps: Sequence[int], name: str) -> int:
+        chain = [self._load[core]] if core in self._load else []
+        tid = self.graph.transfer(f"core{core}.hbm", f"core{core}.sram", size_bytes,
+                                  _unique(list(deps) + chain), name)
+        self._load[core] = tid
+        return tid
+
+
+def _unique(ids: Sequence[int]) -> list[int]:
+    return sorted(set(ids))
+
+
+def join_outputs(graph: TaskGraph, label: str, outputs: Mapping[int, Sequence[int]]
+                 ) -> dict[int, list[int]]:
+    """One zero-time join per core over the tasks that complete its output, so the next
+    operator depends on a single id per core."""
+    return {core: [graph.host(0, _unique(ids), f"{label}:out@core{core}", resource="none")]
+            for core, ids in outputs.items()}
+
+
+#: ``on_step(step, partials)`` -> per-core extra output ids; ``partials`` maps
+#: ``(ring index, ring position, tile index)`` to ``(compute id, tile extent)``.
+StepHook = Callable[[int, dict[tuple[int, int, int], tuple[int, int]]], dict[int, list[int]]]
+
+
+def rotate_rings(ports: Ports, gemm: GemmSpec, rings: Sequence[Sequence[int]],
+                 k_parts: Sequence[int], stationary: Sequence[int], rotating: Sequence[int],
+                 rotate: Literal["weight", "input"], per_tile: int,
+                 ready: Mapping[int, Sequence[int]], label: str,
+                 on_step: StepHook | None = None) -> dict[int, list[int]]:
+    """Ring rotation (AllGather fused with compute) on every ring, in lock step.
+
+    Ring ``c`` holds the K slice of ``k_parts[c]`` rows; position ``p`` of each ring keeps
+    the *stationary* operand slice of extent ``stationary[p]`` (input rows of A if
+    ``rotate == "weight"``, weight columns of W if ``rotate == "input"``) and starts with
+    rotating block ``p`` of extent ``rotating[p]`` (W columns / A rows).  In step ``s``
+    position ``p`` multiplies block ``(p - s) mod R`` tile by tile while forwarding each
+    tile to ``p + 1``; after ``R`` steps every position has met every block.
+
+    Receive buffers hold two blocks: block ``s`` may only arrive once block ``s - 2`` has
+    been multiplied and forwarded (double buffering at block granularity, so step ``s``
+    computes while step ``s + 1`` moves).  Weights in HBM are loaded by the DMA in tiles,
+    the rotating own block into its block slot (``rotate == "weight"``) or the stationary
+    slice once (``rotate == "input"``; it is reused every step, assumed to fit in SRAM).
+
+    Returns, per core, the compute ids (plus whatever ``on_step`` adds) of its output.
+    """
+    graph, R = ports.graph, len(stationary)
+    tiles = [tile_extents(extent, per_tile) for extent in rotating]
+    outputs: dict[int, list[int]] = {core: [] for ring in rings for core in ring}
+    stationary_ready: dict[int, list[int]] = {}
+    for ring, k_loc in zip(rings, k_parts):
+        for p, core in enumerate(ring):
+            own = list(ready.get(core, ()))
+            if rotate == "input" and gemm.weights_in == "hbm":
+                # A weight column has k_loc elements like an input row, so the rotating
+                # tile extent also cuts the stationary slice into ~weight_tile_bytes loads.
+                load = -1
+                for t, cols in enumerate(tile_extents(stationary[p], per_tile)):
+                    load = ports.load(core, k_loc * cols * gemm.elem_bytes, (),
+                                      f"{label}:load W.{t}@core{core}")
+                own = own + [load]
+            stationary_ready[core] = own
+    # have[(c, p, t)]: ids after which tile t of the block position p holds is in SRAM.
+    have: dict[tuple[int, int, int], list[int]] = {}
+    consumed: dict[tuple[int, int, int], list[int]] = {}  # (step, c, p) -> computes+sends
+    for s in range(R):
+        partials: dict[tuple[int, int, int], tuple[int, int]] = {}
+        new_have: dict[tuple[int, int, int], list[int]] = {}
+        for c, (ring, k_loc) in enumerate(zip(rings, k_parts)):
+            for p, core in enumerate(ring):
+                block, prev = (p - s) % R, (p - 1) % R
+                used = consumed.setdefault((s, c, p), [])
+                for t, ext in enumerate(tiles[block]):
+                    tile_bytes = ext * k_loc * gemm.elem_bytes
+                    if s == 0:
+                        if rotate == "input":
+                            data = list(ready.get(core, ()))
+                        elif gemm.weights_in == "hbm":
+                            data = [ports.load(core, tile_bytes, (),
+                                               f"{label}:load W{block}.{t}@core{core}")]
+                        else:
+                            data = []
+                    else:
+                        buffer_free = consumed.get((s - 2, c, p), []) if s >= 2 else []
+                        src = ring[prev]
+                        send = ports.send(src, core, tile_bytes,
+                                          have[(c, prev, t)] + buffer_free,
+                                          f"{label}:s{s} blk{block}.{t}:core{src}->core{core}")
+                        consumed[(s - 1, c, prev)].append(send)
+                        data = [send]
+                    new_have[(c, p, t)] = data
+                    m, n = (stationary[p], ext) if rotate == "weight" else (ext, stationary[p])
+                    cid = graph.compute(f"core{core}.sa", gemm_op(gemm, m, k_loc, n),
+                                        _unique(data + stationary_ready[core]),
+                                        f"{label}:s{s} blk{block}.{t}@core{core}")
+                    used.append(cid)
+                    partials[(c, p, t)] = (cid, ext)
+                    outputs[core].append(cid)
+        have = new_have
+        if on_step is not None:
+            for core, ids in on_step(s, partials).items():
+                outputs[core].extend(ids)
+    return outputs
+
+
+def ring_allreduce(ports: Ports, gemm: GemmSpec, ring: Sequence[int], elements: int,
+                   partial: Sequence[int], label: str) -> dict[int, list[int]]:
+    """Ring AllReduce (reduce-scatter then all-gather) of ``elements`` values (across the
+    batch) whose partial sums are produced on ``ring[i]`` by task ``partial[i]``.
+
+    Reduce-scatter step ``s``: position ``q`` sends chunk ``q - s`` to ``q + 1``, which adds
+    it on its vector unit; after ``C - 1`` steps ``q`` owns the full chunk ``q + 1``.
+    All-gather step ``s``: ``q`` forwards chunk ``q + 1 - s``.  Each member sends
+    ``2 (C - 1) / C * elements * dtype_bytes``.  Returns, per core, the ids completing
+    its copy of the reduced result."""
+    C = len(ring)
+    graph = ports.graph
+    if C == 1:
+        return {ring[0]: [partial[0]]}
+    chunks = splits(elements, C)
+    acc = [[partial[q]] for q in range(C)]  # latest accumulation of the chunk q sends next
+    for s in range(C - 1):
+        nxt: list[list[int]] = [[] for _ in range(C)]
+        for q, src in enumerate(ring):
+            chunk, dst = (q - s) % C, (q + 1) % C
+            send = ports.send(src, ring[dst], chunks[chunk] * gemm.dtype_bytes, acc[q],
+                              f"{label}:rs{s} c{chunk}:core{src}->core{ring[dst]}")
+            add = graph.compute(f"core{ring[dst]}.vec", add_op(gemm, chunks[chunk]),
+                                [send, partial[dst]], f"{label}:rs{s} add c{chunk}@core{ring[dst]}")
+            nxt[dst] = [add]
+        acc = nxt
+    outputs = {core: list(acc[q]) for q, core in enumerate(ring)}
+    have = acc
+    for s in range(C - 1):
+        nxt = [[] for _ in range(C)]
+        for q, src in enumerate(ring):
+            chunk, dst = (q + 1 - s) % C, (q + 1) % C
+            send = ports.send(src, ring[dst], chunks[chunk] * gemm.dtype_bytes, have[q],
+                              f"{label}:ag{s} c{chunk}:core{src}->core{ring[dst]}")
+            nxt[dst] = [send]
+            outputs[ring[dst]].append(send)
+        have = nxt
+    return outputs
