@@ -1,0 +1,80 @@
+"""Reference cases (``npusim/validation/cases/*.yaml``) through the validation harness.
+
+* Every case file loads with the harness's own loader, and every case names its source,
+  its role (calibration or prediction, written out, not defaulted) and a bench or
+  scenario that exists (scenarios are loaded with the case's overrides, so a bad
+  ``--set`` is caught here rather than when the case runs).
+* Every case is run exactly as ``npusim validate`` runs it
+  (:func:`npusim.validation.runner.run_cases`) and must pass its tolerance.  Cases
+  marked ``slow: true`` in their file carry the ``slow`` marker, so the default test run
+  (``-m 'not slow'``) runs the fast subset and ``pytest -m slow`` runs the rest.
+
+A failing case is a real failure: it is never marked xfail here.  If a model is known
+to miss a reference, the case file says so in its ``notes`` and the report shows it.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from npusim.config.loader import load_scenario
+from npusim.config.presets import REPO_ROOT
+from npusim.validation.bench_registry import bench_names
+from npusim.validation.cases import CASES_DIR, load_cases
+from npusim.validation.runner import run_cases
+
+pytestmark = pytest.mark.validation
+
+CASE_FILES = sorted(CASES_DIR.glob("*.yaml"))
+CASES = load_cases()
+
+
+def _case_param(case):
+    marks = [pytest.mark.slow] if case.slow else []
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+def test_there_are_case_files_and_cases():
+    assert CASE_FILES, f"no case files under {CASES_DIR}"
+    assert CASES
+
+
+@pytest.mark.parametrize("path", CASE_FILES, ids=[p.name for p in CASE_FILES])
+def test_case_file_loads_on_its_own(path, tmp_path):
+    """Each file is valid by itself (so an error points at one file) and is not empty."""
+    shutil.copy(path, tmp_path / path.name)
+    cases = load_cases(tmp_path)
+    assert cases, f"{path.name} holds no cases"
+
+
+@pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
+def test_case_is_well_formed(case):
+    assert case.source.strip(), f"{case.id}: no source"
+    assert case.title.strip(), f"{case.id}: no title"
+    # The schema defaults ``role`` to prediction; a reference case must say which it is.
+    assert "role" in case.model_fields_set, f"{case.id}: role not stated (calibration|prediction)"
+    assert case.role in ("calibration", "prediction")
+    if case.kind != "trend":  # a trend case's reference is its expected direction
+        low, high = case.reference_range()
+        assert low <= high, f"{case.id}: reference range {case.reference!r} is reversed"
+    known = set(bench_names())
+    for name, run in case.all_runs().items():
+        if run.bench is not None:
+            assert run.bench in known, (f"{case.id} run {name!r}: unknown bench {run.bench!r}; "
+                                        f"known: {', '.join(sorted(known))}")
+        else:
+            path = REPO_ROOT / run.scenario
+            assert path.is_file(), f"{case.id} run {name!r}: no scenario {run.scenario}"
+            load_scenario(path, run.set)  # raises ConfigError naming the bad field
+
+
+@pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
+def test_case_passes(case):
+    (outcome,) = run_cases(ids=[case.id], show=False)
+    reference = case.expect if case.kind == "trend" else case.reference
+    error = "-" if outcome.error is None else f"{outcome.error:.1%}"
+    assert outcome.passed, (
+        f"{case.id} ({case.title}): simulated {outcome.simulated} vs reference {reference} "
+        f"{case.unit}, error {error} (tolerance {case.tolerance:.0%}) {outcome.message}".rstrip())
