@@ -6,6 +6,7 @@ between calls and writes nothing; the same config and seed give the same Result.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -67,17 +68,25 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
 
     columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
     totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    busy_by_op: dict[str, int] = defaultdict(int)
+    segment_rows: list[tuple] = []
     clock = events = transactions = 0
+    ends: list[int] = []
     for index, (graph, label) in enumerate(zip(program.segments, program.labels)):
         key = id(graph)
         if key not in prepared:
             prepared[key] = (graph, prepare(graph, device))
         run, reused = memo.run(prepared[key][1], execute)
-        _append_rows(columns, run, index, label, clock, run_cfg.trace)
+        if run_cfg.trace and len(columns["task"]) + len(run.graph) <= run_cfg.trace_max_tasks:
+            _append_rows(columns, run, index, label, clock)
+        for op, busy in _run_busy_by_op(run).items():
+            busy_by_op[op] += busy
+        segment_rows.append((index, label, clock, clock + run.makespan_ps, reused))
         for unit, stats in run.unit_stats.items():
             for name, value in stats.items():
                 totals[unit][name] += value
         clock += run.makespan_ps
+        ends.append(clock)
         if not reused:  # a memo hit replays timing without processing any event
             events += run.events
             transactions += run.transactions
@@ -88,36 +97,61 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     unit_stats = {unit: dict(stats) for unit, stats in sorted(totals.items())}
     metrics = _metrics(clock, unit_stats, program.info, memo, events, transactions,
                        len(program.segments), run_cfg.mode, scenario.name)
+    metrics["busy_by_op_ps"] = dict(sorted(busy_by_op.items()))
+    traced = len(set(columns["segment"]))
+    metrics["trace_segments"] = traced
+    if program.finish is not None:
+        metrics.update(program.finish(ends))
     return Result(metrics=metrics, op_columns=columns, unit_stats=unit_stats,
+                  segment_rows=segment_rows,
                   config=scenario.model_dump(mode="json"),
                   host={"wall_time_s": wall, "npusim_version": __version__,
                         "events_per_s": events / wall if wall > 0 else 0.0})
 
 
-def _task_fields(task) -> tuple[str, str, int, int]:
+def _task_fields(task) -> tuple[str, str, str, int, int]:
+    """``(type, unit, op name, flops, bytes)`` of a task for the per-op table."""
     if isinstance(task, ComputeTask):
-        return "compute", task.unit, task.op.flops, task.op.input_bytes + task.op.output_bytes
+        return ("compute", task.unit, task.op.name or task.op.kind, task.op.flops,
+                task.op.input_bytes + task.op.output_bytes)
     if isinstance(task, TransferTask):
-        return "transfer", task.src, 0, task.size_bytes
+        return "transfer", task.src, "transfer", 0, task.size_bytes
     if isinstance(task, HostTask):
-        return "host", task.resource, 0, 0
-    return "other", "", 0, 0
+        return "host", task.resource, "host", 0, 0
+    return "other", "", "other", 0, 0
 
 
 def _append_rows(columns: dict[str, list], run: SegmentRun, index: int, label: str,
-                 offset: int, keep: bool) -> None:
-    if not keep:
-        return
+                 offset: int) -> None:
     for task in run.graph.tasks:
-        kind, unit, flops, size = _task_fields(task)
+        kind, unit, op, flops, size = _task_fields(task)
         if kind == "host" and task.resource == "none":
             continue  # collective joins: zero-time bookkeeping
         start, end = run.starts[task.id] + offset, run.ends[task.id] + offset
         for name, value in (("segment", index), ("label", label), ("task", task.id),
-                            ("name", task.name), ("type", kind), ("unit", unit),
+                            ("name", task.name), ("op", op), ("type", kind), ("unit", unit),
                             ("start_ps", start), ("end_ps", end), ("duration_ps", end - start),
                             ("flops", flops), ("bytes", size)):
             columns[name].append(value)
+
+
+_LAYER_PREFIX = re.compile(r"^L\d+\.")
+
+
+def _run_busy_by_op(run: SegmentRun) -> dict[str, int]:
+    """Busy time of one segment summed over units per operator (``q_proj``,
+    ``attn_qk``, ``transfer``…), layer prefixes dropped; cached on the run, so a memo
+    hit costs nothing.  Overlapping tasks on different units both count."""
+    cached = run.extra.get("busy_by_op")
+    if cached is None:
+        cached = defaultdict(int)
+        for task in run.graph.tasks:
+            kind, _, op, _, _ = _task_fields(task)
+            if kind == "host" and task.resource == "none":
+                continue
+            cached[_LAYER_PREFIX.sub("", op)] += run.ends[task.id] - run.starts[task.id]
+        run.extra["busy_by_op"] = cached = dict(cached)
+    return cached
 
 
 def _level(unit: str) -> str:

@@ -38,9 +38,12 @@ def _summary_table(result) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("latency", format_time_ps(metrics["latency_ps"]))
-    for key in ("ttft_ps", "tbt_ps"):
+    for key, label in (("ttft_ps", "TTFT"), ("tbt_ps", "TBT (mean)"),
+                       ("e2e_latency_ps", "end-to-end")):
         if key in metrics:
-            table.add_row(key.removesuffix("_ps").upper(), format_time_ps(metrics[key]))
+            table.add_row(label, format_time_ps(metrics[key]))
+    if metrics.get("tokens_per_s"):
+        table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
         table.add_row("throughput", f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
     for level, size in metrics["bytes_by_level"].items():
@@ -65,6 +68,10 @@ def run(
     mode: Optional[str] = typer.Option(None, "--mode", help="Fidelity: tlm or analytic."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default out/<name>)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table."),
+    model: Optional[str] = typer.Option(None, "--model", help="LLM workloads: model name or config.json."),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="LLM workloads: prompt tokens."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="LLM workloads: generated tokens."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="LLM workloads: fixed batch size."),
 ) -> None:
     """Simulate one scenario and write metrics.json, ops.csv, units.csv, trace.json and
     config.resolved.yaml."""
@@ -73,6 +80,10 @@ def run(
 
     def action() -> None:
         overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
+        for field, value in (("model", model), ("prompt_len", prompt_len),
+                             ("output_len", output_len), ("batch", batch)):
+            if value is not None:
+                overrides.append(f"workload.{field}={value}")
         config = load_scenario(scenario, overrides, hw)
         result = simulate(config)
         out_dir = result.write(out or Path("out") / config.name)

@@ -26,7 +26,12 @@ class RunConfig(BaseModel):
     seed: int = Field(0, ge=0, description="Seed for every random choice (same seed, same result).")
     memoize: bool = Field(True, description="Reuse the timing of identical sub-graphs "
                                             "(same ops, shapes, placement, idle start).")
-    trace: bool = Field(True, description="Record per-task events for the Perfetto timeline.")
+    trace: bool = Field(True, description="Record per-task rows (ops.csv) and the Perfetto "
+                                          "timeline.")
+    trace_max_tasks: int = Field(
+        200_000, ge=0, description="Stop recording per-task rows after this many (whole "
+                                   "segments only; segments.csv and every metric still "
+                                   "cover the full run). Keeps long serving runs fast.")
 
 
 @cache

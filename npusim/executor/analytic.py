@@ -1,13 +1,18 @@
 """Analytic executor: the same task graph in closed form.
 
-Each task starts when its dependencies have finished and, for compute and host tasks,
-when its unit is free (a unit runs one op at a time, in program order).  Transfers take
-their uncontended closed-form time: the analytic level deliberately ignores contention
-in memories and networks, which is what the tlm level adds.  On an uncontended graph the
-two agree closely, and that agreement is tested.
+Each task starts when its dependencies have finished and its resources are free;
+ready tasks claim resources in order of ready time, as events would.  A compute or host task holds its unit for its closed-form time.  A
+transfer takes its closed-form pipelined time (bottleneck stage + fill), and every
+memory it touches and every NoC link on its route serves its bytes first-come-first-
+served (a stream queued behind another finishes later), so bandwidth is shared; what the analytic level leaves out is how
+concurrent streams interleave inside a memory or a router (bank conflicts, row
+misses between streams, arbitration), which the tlm level adds.  On an uncontended
+graph the two agree closely, and that agreement is tested.
 """
 
 from __future__ import annotations
+
+import heapq
 
 from npusim.executor.base import SegmentRun, account_compute, host_resource
 from npusim.hw.devices.base import Device
@@ -15,22 +20,45 @@ from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferT
 
 
 def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
-    """Time ``graph`` (already expanded) on ``device`` without simulation events."""
+    """Time ``graph`` (already expanded) on ``device`` without simulation events.
+
+    List scheduling: a task becomes ready when its last dependency ends, and ready
+    tasks claim their resources in order of ready time (ties: program order), as the
+    event-driven level would serve them; durations are closed-form.
+    """
     device.reset_stats()
     count = len(graph.tasks)
     starts, ends = [0] * count, [0] * count
-    unit_free: dict[str, int] = {}
+    waiting = [len(task.deps) for task in graph.tasks]
+    ready_at = [0] * count
+    successors: list[list[int]] = [[] for _ in range(count)]
     for task in graph.tasks:
-        ready = max((ends[dep] for dep in task.deps), default=0)
+        for dep in task.deps:
+            successors[dep].append(task.id)
+    heap = [(0, task.id) for task in graph.tasks if not task.deps]
+    heapq.heapify(heap)
+    unit_free: dict[str, int] = {}
+    while heap:
+        ready, task_id = heapq.heappop(heap)
+        task = graph.tasks[task_id]
         if isinstance(task, ComputeTask):
             duration = device.compute_unit(task.unit).op_time_ps(task.op)
             start = max(ready, unit_free.get(task.unit, 0))
             unit_free[task.unit] = start + duration
             account_compute(device, task, duration)
         elif isinstance(task, TransferTask):
-            start = ready
-            duration = device.transfer_time_ps(task, seed)
-            device.account_transfer(task, duration, seed)
+            plan = device.plan_transfer(task, seed) if task.size_bytes > 0 else None
+            duration = device.transfer_time_ps(task, seed, plan)
+            # Each memory and link is a first-come-first-served bandwidth server: the
+            # transfer starts when ready, queues behind earlier work on every resource
+            # it needs, and ends when the last of them has carried its bytes.
+            start = end = ready
+            for name, busy in device.transfer_reservations(task, seed, plan):
+                served = max(ready, unit_free.get(name, 0)) + busy
+                unit_free[name] = served
+                end = max(end, served)
+            duration = max(duration, end - start)
+            device.account_transfer(task, duration, seed, plan)
         else:
             assert isinstance(task, HostTask)
             resource = host_resource(task)
@@ -38,5 +66,10 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             duration = task.duration_ps
             if resource:
                 unit_free[resource] = start + duration
-        starts[task.id], ends[task.id] = start, start + duration
+        starts[task_id], ends[task_id] = start, start + duration
+        for successor in successors[task_id]:
+            ready_at[successor] = max(ready_at[successor], start + duration)
+            waiting[successor] -= 1
+            if waiting[successor] == 0:
+                heapq.heappush(heap, (ready_at[successor], successor))
     return SegmentRun(graph, starts, ends, device.unit_stats(), events=0)

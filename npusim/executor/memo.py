@@ -108,7 +108,7 @@ class SegmentMemo:
         run = entry.run
         return SegmentRun(graph, run.starts, run.ends,
                           relabel_units(run.unit_stats, original_to_here),
-                          run.events, run.transactions, dict(run.extra)), True
+                          run.events, run.transactions, run.extra), True
 
     @property
     def hit_rate(self) -> float:

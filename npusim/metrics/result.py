@@ -18,7 +18,8 @@ from npusim.metrics.perfetto import build_trace, write_trace
 if TYPE_CHECKING:
     import pandas as pd
 
-OP_COLUMNS = ("segment", "label", "task", "name", "type", "unit", "start_ps", "end_ps",
+SEGMENT_COLUMNS = ("segment", "label", "start_ps", "end_ps", "memo_hit")
+OP_COLUMNS = ("segment", "label", "task", "name", "op", "type", "unit", "start_ps", "end_ps",
               "duration_ps", "flops", "bytes")
 
 
@@ -31,6 +32,14 @@ class Result:
     unit_stats: dict[str, dict[str, int]]
     config: dict[str, Any]
     host: dict[str, Any] = field(default_factory=dict)
+    segment_rows: list[tuple] = field(default_factory=list)
+
+    @property
+    def segments(self) -> "pd.DataFrame":
+        """One row per segment (iteration x stage): label, start/end in ps, memo hit."""
+        import pandas as pd
+
+        return pd.DataFrame(self.segment_rows, columns=list(SEGMENT_COLUMNS))
 
     @property
     def ops(self) -> "pd.DataFrame":
@@ -64,11 +73,13 @@ class Result:
         return build_trace(rows)
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write metrics.json, ops.csv, units.csv, trace.json, config.resolved.yaml, host.json."""
+        """Write metrics.json, ops.csv, segments.csv, units.csv, trace.json,
+        config.resolved.yaml and host.json into ``out_dir``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
         self.ops.to_csv(out / "ops.csv", index=False)
+        self.segments.to_csv(out / "segments.csv", index=False)
         self.units.to_csv(out / "units.csv")
         write_trace(self.trace(), out / "trace.json")
         (out / "config.resolved.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))

@@ -69,6 +69,9 @@ class Case(BaseModel):
     metric: str | None = Field(None, description="Metric key (single run, or per run for trends).")
     value: str | None = Field(None, description="Expression over run.metric names.")
     series: list[str] = Field(default_factory=list, description="Run names in order (trend).")
+    series_values: list[str] = Field(
+        default_factory=list, description="Trend over expressions instead of one metric "
+                                          "per run (e.g. ratios of two runs per point).")
     expect: Literal["increasing", "decreasing", "flat"] | None = None
     reference: float | str = Field(description="Reference value or range 'lo-hi'.")
     unit: str = Field("", description="Unit of the reference, for the report.")
@@ -86,9 +89,13 @@ class Case(BaseModel):
             raise ValueError("give either a single bench/scenario or 'runs', not both")
         if not single and not self.runs:
             raise ValueError("a case needs a bench, a scenario or runs")
-        if self.kind == "trend":
+        if self.kind == "trend" and self.series_values:
+            if self.expect is None:
+                raise ValueError("a trend case needs 'expect'")
+        elif self.kind == "trend":
             if not self.series or self.expect is None or self.metric is None:
-                raise ValueError("a trend case needs 'series', 'expect' and 'metric'")
+                raise ValueError("a trend case needs 'series', 'expect' and 'metric' "
+                                 "(or 'series_values' and 'expect')")
             missing = [name for name in self.series if name not in self.runs]
             if missing:
                 raise ValueError(f"series names unknown runs: {missing}")
@@ -142,8 +149,22 @@ def load_cases(directory: Path = CASES_DIR) -> list[Case]:
     return cases
 
 
+_RUN_CACHE: dict[str, dict[str, Any]] = {}
+
+
 def execute_run(spec: RunSpec) -> dict[str, Any]:
-    """The metrics of one run (bench result dict or scenario metrics)."""
+    """The metrics of one run (bench result dict or scenario metrics).
+
+    Runs are pure functions of their spec, so several cases naming the same run (the
+    same scenario and overrides) share one simulation within a process.
+    """
+    key = spec.model_dump_json()
+    if key not in _RUN_CACHE:
+        _RUN_CACHE[key] = _execute_run(spec)
+    return _RUN_CACHE[key]
+
+
+def _execute_run(spec: RunSpec) -> dict[str, Any]:
     if spec.bench is not None:
         from npusim.validation.bench_registry import get_bench
 
@@ -158,10 +179,11 @@ def execute_run(spec: RunSpec) -> dict[str, Any]:
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.Div: operator.truediv, ast.USub: operator.neg, ast.Pow: operator.pow}
+_FUNCTIONS = {"abs": abs, "min": min, "max": max}
 
 
 def evaluate_expression(text: str, values: dict[str, dict[str, Any]]) -> float:
-    """Arithmetic over ``run.metric`` names (no names, calls or attributes beyond that)."""
+    """Arithmetic over ``run.metric`` names plus ``abs``, ``min`` and ``max`` (nothing else)."""
 
     def lookup(node: ast.AST) -> float:
         parts = []
@@ -188,6 +210,9 @@ def evaluate_expression(text: str, values: dict[str, dict[str, Any]]) -> float:
             return _OPS[type(node.op)](walk(node.operand))
         if isinstance(node, (ast.Attribute, ast.Name)):
             return lookup(node)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in _FUNCTIONS and not node.keywords):
+            return float(_FUNCTIONS[node.func.id](*(walk(arg) for arg in node.args)))
         raise ValueError(f"unsupported expression in {text!r}")
 
     return walk(ast.parse(text, mode="eval"))
@@ -204,7 +229,10 @@ def evaluate(case: Case) -> Outcome:
     """Run a case and compare with its reference."""
     values = {name: execute_run(spec) for name, spec in case.all_runs().items()}
     if case.kind == "trend":
-        series = [_metric(values[name], case.metric) for name in case.series]
+        if case.series_values:
+            series = [evaluate_expression(text, values) for text in case.series_values]
+        else:
+            series = [_metric(values[name], case.metric) for name in case.series]
         passed, message = _check_trend(series, case.expect, case.tolerance)
         return Outcome(case, series, None, passed, message)
     if case.value is not None:

@@ -8,7 +8,7 @@ Segments are separated by a barrier (every task of one ends before the next star
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from npusim.mapping.taskgraph import TaskGraph
 
@@ -20,6 +20,8 @@ class Program:
     segments: list[TaskGraph] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    #: Optional: workload-level metrics (TTFT, TBT, ...) from every segment's end time (ps).
+    finish: Callable[[list[int]], dict[str, Any]] | None = None
 
     def append(self, graph: TaskGraph, label: str = "") -> None:
         self.segments.append(graph)

@@ -56,3 +56,13 @@ def test_too_many_cores_is_a_clear_error():
         place("ring", 8, 8, 4, 32)
     with pytest.raises(MappingError, match="cannot tile"):
         place("ring", 8, 8, 3, 2)
+
+
+@pytest.mark.parametrize("tp", [4, 8, 16, 32])
+def test_linear_interleave_keeps_two_hops_when_a_group_spans_rows(tp):
+    from npusim.strategies.npu.linear_interleave import linear_interleave
+    from npusim.strategies.npu.placement import ring_hops
+
+    groups = linear_interleave(8, 8, tp, 64 // tp)
+    assert max(max(ring_hops(g.cores, 8)) for g in groups) <= 2
+    assert sorted(c for g in groups for c in g.cores) == list(range(64))

@@ -60,12 +60,17 @@ class Device:
         self.name = name
         self.config = config
         self.parts: dict[str, Component] = {}
+        # Closed-form stage times are pure functions of (part, action, route, size,
+        # pattern); LLM runs ask for the same ones thousands of times.
+        self._stage_times: dict[tuple, int] = {}
+        self._part_names: dict[int, str] = {}
 
     # -- construction helpers ------------------------------------------------------
     def add_part(self, name: str, part: Component) -> Component:
         if name in self.parts:
             raise MappingError(f"device {self.name!r} has two parts named {name!r}")
         self.parts[name] = part
+        self._part_names[id(part)] = name
         return part
 
     def validate(self) -> None:
@@ -111,16 +116,44 @@ class Device:
         """Compute unit that adds partial sums arriving at ``endpoint`` (None: free)."""
         return None
 
-    def account_transfer(self, task: TransferTask, duration_ps: int, seed: int = 0) -> None:
+    def stage_time_ps(self, stage: Stage, size_bytes: int, pattern: AccessPattern) -> int:
+        """Closed-form time of ``size_bytes`` through one stage (cached per device)."""
+        key = (id(stage.part), stage.action, stage.src_node, stage.dst_node, size_bytes, pattern)
+        cached = self._stage_times.get(key)
+        if cached is None:
+            cached = self._stage_times[key] = stage.time_ps(size_bytes, pattern)
+        return cached
+
+    def transfer_reservations(self, task: TransferTask, seed: int = 0,
+                              plan: TransferPlan | None = None) -> list[tuple[str, int]]:
+        """``(resource, busy_ps)`` a transfer occupies in the analytic model: each memory
+        it reads or writes, and each NoC link on its route, for that stage's time."""
+        if task.size_bytes <= 0:
+            return []
+        plan = plan or self.plan_transfer(task, seed)
+        out: list[tuple[str, int]] = []
+        for stage in plan.stages:
+            busy = self.stage_time_ps(stage, task.size_bytes, plan.pattern)
+            name = self._part_names.get(id(stage.part), stage.part.name)
+            route = getattr(stage.part, "route", None) if stage.action == "net" else None
+            if callable(route):
+                out.extend((f"{name}.link{tuple(link)}", busy)
+                           for link in route(stage.src_node, stage.dst_node))
+            else:
+                out.append((name, busy))
+        return out
+
+    def account_transfer(self, task: TransferTask, duration_ps: int, seed: int = 0,
+                         plan: TransferPlan | None = None) -> None:
         """Count a transfer's bytes and transactions on its parts (analytic level; the
         tlm parts count their own as transactions pass through them)."""
         if task.size_bytes <= 0:
             return
-        plan = self.plan_transfer(task, seed)
+        plan = plan or self.plan_transfer(task, seed)
         chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
         for stage in plan.stages:
             stats = stage.part.stats
-            stats.busy_ps += stage.time_ps(task.size_bytes, plan.pattern)
+            stats.busy_ps += self.stage_time_ps(stage, task.size_bytes, plan.pattern)
             if stage.action == "write":
                 stats.bytes_written += task.size_bytes
             else:
@@ -151,15 +184,16 @@ class Device:
         return stats
 
     # -- transfer timing -----------------------------------------------------------
-    def transfer_time_ps(self, task: TransferTask, seed: int = 0) -> int:
+    def transfer_time_ps(self, task: TransferTask, seed: int = 0,
+                         plan: TransferPlan | None = None) -> int:
         """Closed-form, uncontended time of ``task`` (bottleneck stage + fill/drain)."""
         if task.size_bytes <= 0:
             return 0
-        plan = self.plan_transfer(task, seed)
+        plan = plan or self.plan_transfer(task, seed)
         chunk = min(plan.chunk_bytes, task.size_bytes)
-        totals = [stage.time_ps(task.size_bytes, plan.pattern) for stage in plan.stages]
+        totals = [self.stage_time_ps(stage, task.size_bytes, plan.pattern) for stage in plan.stages]
         bottleneck = max(range(len(totals)), key=totals.__getitem__)
-        fill = sum(stage.time_ps(chunk, plan.pattern)
+        fill = sum(self.stage_time_ps(stage, chunk, plan.pattern)
                    for i, stage in enumerate(plan.stages) if i != bottleneck)
         return totals[bottleneck] + fill
 

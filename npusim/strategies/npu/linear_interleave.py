@@ -14,8 +14,18 @@ class LinearInterleaveConfig(PartConfig):
     kind: Literal["linear_interleave"] = "linear_interleave"
 
 
+def snake(index: int, width: int) -> int:
+    """The ``index``-th core along a boustrophedon path over the mesh rows: a line that
+    turns at the row ends, so consecutive positions are always one hop apart."""
+    y, x = divmod(index, width)
+    return y * width + (x if y % 2 == 0 else width - 1 - x)
+
+
 @register("placement", LinearInterleaveConfig)
 def linear_interleave(width: int, height: int, tp: int, groups: int,
                       config: LinearInterleaveConfig | None = None) -> list[Group]:
     check_fit(tp, groups, width, height)
-    return [Group(tuple(interleave(list(range(g * tp, (g + 1) * tp))))) for g in range(groups)]
+    # Interleave along the snake line, not the index order: a group spanning several
+    # rows then still needs at most two hops per ring step (WaferLLM's guarantee).
+    return [Group(tuple(interleave([snake(i, width) for i in range(g * tp, (g + 1) * tp)])))
+            for g in range(groups)]

@@ -1,0 +1,309 @@
+"""Map an LLM run onto the multi-core NPU (NpuSim §4.1-4.2).
+
+The chip's cores are split into ``pipeline_stages`` TP groups by the chosen placement;
+consecutive layers go to consecutive stages.  Every iteration (a prefill chunk or a
+decode step) becomes one segment per stage plus one LM-head segment:
+
+* a stage segment receives the activation from the previous stage (pairwise core to
+  core, each core's ``1/tp`` slice), runs its layers — GEMMs through the partition
+  strategy, vector ops split over the group, attention with heads split over the group
+  — and streams weights and spilled KV from HBM where the memory plan says so;
+* the LM-head segment broadcasts the sampled rows to every used core and splits the
+  ``vocab`` columns over all of them (each core holds ``1/cores`` of the LM head).
+
+Segments run back to back: for one request (or a fixed batch) the pipeline has one
+iteration in flight, so a stage never overlaps the next.  Stages on translated core
+groups are recognised by the memo as the same segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from npusim.core import registry
+from npusim.core.errors import MappingError
+from npusim.mapping.taskgraph import Op, TaskGraph
+from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
+from npusim.strategies.npu.partition import GemmSpec, get_partition
+from npusim.strategies.npu.placement import Group
+from npusim.workload.layer_ops import LayerOp, SequenceChunk, layer_ops, lm_head_ops
+from npusim.workload.models import load_model
+from npusim.workload.program import Program
+
+#: Inputs of each layer operator by name; an operator not listed depends on the one
+#: before it.  Per-sequence ops (``attn_qk[s3]``) look up their own sequence first.
+INPUTS: dict[str, tuple[str, ...]] = {
+    "q_proj": ("input_norm",), "k_proj": ("input_norm",), "v_proj": ("input_norm",),
+    "q_norm": ("q_proj",), "k_norm": ("k_proj",),
+    "rope": ("q_norm", "k_norm"),
+    "kv_write": ("rope", "v_proj"), "attn_qk": ("rope",),
+    "attn_softmax": ("attn_qk",), "attn_av": ("attn_softmax", "v_proj"),
+    "o_proj": ("attn_av",), "attn_residual": ("o_proj",),
+    "post_attention_norm": ("attn_residual",),
+    "gate_proj": ("post_attention_norm",), "up_proj": ("post_attention_norm",),
+    "act_mul": ("gate_proj", "up_proj"), "down_proj": ("act_mul",),
+    "mlp_residual": ("down_proj",),
+}
+#: Fallbacks for models without an optional op (no QK-norm: RoPE reads the projections).
+FALLBACK = {"q_norm": "q_proj", "k_norm": "k_proj"}
+
+Ready = dict[int, list[int]]  # core -> task ids after which its data is ready
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One iteration of the run: its phase label and every sequence's chunk."""
+
+    label: str
+    phase: str            # "prefill" or "decode"
+    chunks: tuple[SequenceChunk, ...]
+
+
+def iterations(config) -> list[Iteration]:
+    """Prefill chunks then decode steps of a fixed batch of identical requests."""
+    out: list[Iteration] = []
+    chunk = config.prefill_chunk or config.prompt_len
+    done = 0
+    while done < config.prompt_len:
+        size = min(chunk, config.prompt_len - done)
+        last = done + size == config.prompt_len
+        out.append(Iteration(f"prefill[{done}:{done + size}]", "prefill",
+                             (SequenceChunk(size, done, last),) * config.batch))
+        done += size
+    bucket = config.decode_kv_bucket_tokens
+    for step in range(1, config.output_len):
+        context = config.prompt_len + step - 1
+        context = -(-context // bucket) * bucket  # rounded up: never under-estimates
+        out.append(Iteration(f"decode[{step}]", "decode",
+                             (SequenceChunk.decode(context),) * config.batch))
+    return out
+
+
+def split_layers(layers: int, stages: int) -> list[range]:
+    """Consecutive layers per stage, the first ``layers % stages`` stages one larger."""
+    base, extra = divmod(layers, stages)
+    out, start = [], 0
+    for stage in range(stages):
+        count = base + (1 if stage < extra else 0)
+        out.append(range(start, start + count))
+        start += count
+    return out
+
+
+def map_llm(device, config, seed: int = 0) -> Program:
+    """Lower ``config`` (an :class:`~npusim.workload.llm.LlmWorkloadConfig`) on the NPU."""
+    model = load_model(config.model)
+    noc = device.config.noc
+    width, height, cores = noc.width, noc.height, device.num_cores
+    tp = config.tp
+    if tp > cores:
+        raise MappingError(f"workload.tp={tp} exceeds the chip's {cores} cores")
+    layers = model.num_hidden_layers
+    stages = config.pipeline_stages or min(cores // tp, layers)
+    if stages * tp > cores:
+        raise MappingError(f"workload.pipeline_stages={stages} x tp={tp} needs {stages * tp} "
+                           f"cores; the chip has {cores}")
+    if stages > layers:
+        raise MappingError(f"workload.pipeline_stages={stages} exceeds the model's {layers} layers")
+    place = registry.lookup("placement", config.placement.kind).impl
+    groups: list[Group] = place(width, height, tp, stages, config=config.placement)
+    all_cores = Group(tuple(core for group in groups for core in group.cores))
+    strategy = get_partition(config.partition)
+    kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
+    plans = plan_stages(device, model, config, split_layers(layers, stages), groups, all_cores)
+    builder = _Builder(device, model, config, strategy, width, kv_dtype)
+
+    program = Program(info={"model": model.name, "tp": tp, "pipeline_stages": stages,
+                            "placement": config.placement.kind,
+                            "partition": config.partition.kind, "batch": config.batch,
+                            "prompt_len": config.prompt_len, "output_len": config.output_len})
+    phases: list[str] = []
+    graphs: dict[tuple, TaskGraph] = {}
+    for iteration in iterations(config):
+        shape = tuple((c.new_tokens, c.context_len, c.sample) for c in iteration.chunks)
+        for index, (group, plan) in enumerate(zip(groups, plans)):
+            previous = groups[index - 1] if index else None
+            key = ("stage", index, shape)
+            if key not in graphs:
+                graphs[key] = builder.stage(group, previous, plan, iteration.chunks,
+                                            f"{iteration.label}/stage{index}")
+            program.append(graphs[key], f"{iteration.label}/stage{index}")
+            phases.append(iteration.phase)
+        if any(c.sample for c in iteration.chunks):
+            key = ("lm_head", shape)
+            if key not in graphs:
+                graphs[key] = builder.lm_head(groups[-1], all_cores, plans[-1], iteration.chunks)
+            program.append(graphs[key], f"{iteration.label}/lm_head")
+            phases.append(iteration.phase)
+    program.finish = lambda ends: _phase_metrics(phases, ends, config)
+    return program
+
+
+def _phase_metrics(phases: list[str], ends: list[int], config) -> dict[str, Any]:
+    """TTFT, TBT and end-to-end latency from the end time of every segment."""
+    last_prefill = max((i for i, phase in enumerate(phases) if phase == "prefill"), default=-1)
+    ttft = ends[last_prefill] if last_prefill >= 0 else 0
+    total = ends[-1] if ends else 0
+    steps = config.output_len - 1
+    tbt = (total - ttft) // steps if steps else 0
+    tokens = config.batch * config.output_len
+    return {"ttft_ps": ttft, "tbt_ps": tbt, "e2e_latency_ps": total,
+            "decode_steps": steps, "output_tokens": tokens,
+            "tokens_per_s": tokens / (total / 1e12) if total else 0.0}
+
+
+class _Builder:
+    """Builds the task graphs of stages and of the LM head."""
+
+    def __init__(self, device, model, config, strategy, width: int, kv_dtype: int):
+        self.device, self.model, self.config = device, model, config
+        self.strategy, self.width, self.kv_dtype = strategy, width, kv_dtype
+        self.has_hbm = device.config.hbm is not None
+
+    # -- stages ----------------------------------------------------------------------
+    def stage(self, group: Group, previous: Group | None, plan: StagePlan,
+              chunks: tuple[SequenceChunk, ...], name: str) -> TaskGraph:
+        graph = TaskGraph(name=name)
+        self.chunks = chunks
+        dtype, hidden, tp = self.config.dtype_bytes, self.model.hidden_size, len(group.cores)
+        tokens = sum(c.new_tokens for c in chunks)
+        slice_bytes = -(-tokens * hidden * dtype // tp)
+        ready: Ready = {core: [] for core in group.cores}
+        if previous is None:
+            # Embedding rows of this iteration's tokens, gathered from the table in HBM.
+            for core in group.cores:
+                src = f"core{core}.hbm" if self.has_hbm else f"core{core}.sram"
+                ready[core] = [graph.transfer(src, f"core{core}.sram", slice_bytes, (),
+                                              f"embed_tokens @core{core}",
+                                              chunk_bytes=self.config.stream_chunk_bytes)]
+        else:
+            for src, dst in zip(previous.cores, group.cores):
+                ready[dst] = [graph.transfer(f"core{src}.sram", f"core{dst}.sram", slice_bytes,
+                                             (), f"activation core{src}->core{dst}")]
+        for layer in plan.layers:
+            ready = self._layer(graph, group, plan, chunks, layer, ready)
+        return graph
+
+    def _layer(self, graph: TaskGraph, group: Group, plan: StagePlan,
+               chunks: tuple[SequenceChunk, ...], layer: int, ready: Ready) -> Ready:
+        ops = layer_ops(self.model, chunks, self.config.dtype_bytes, layer=layer,
+                        kv_dtype_bytes=self.kv_dtype)
+        produced: dict[str, Ready] = {}
+        previous: Ready = ready
+        for op in ops:
+            deps = self._deps(op, produced, previous)
+            out = self._op(graph, group, plan, op, layer, deps)
+            produced.setdefault(op.name, {core: [] for core in group.cores})
+            for core, ids in out.items():
+                produced[op.name][core].extend(ids)
+            if op.seq is not None:
+                produced[op.label] = out
+            previous = out
+        return previous
+
+    def _deps(self, op: LayerOp, produced: dict[str, Ready], previous: Ready) -> Ready:
+        names = INPUTS.get(op.name)
+        if names is None:
+            return previous
+        deps: Ready = {core: [] for core in previous}
+        for name in names:
+            if name not in produced and name in FALLBACK:
+                name = FALLBACK[name]
+            source = produced.get(f"{name}[s{op.seq}]") if op.seq is not None else None
+            source = source or produced.get(name)
+            if source is None:
+                continue
+            for core, ids in source.items():
+                deps[core].extend(ids)
+        return deps
+
+    def _op(self, graph: TaskGraph, group: Group, plan: StagePlan, op: LayerOp, layer: int,
+            deps: Ready) -> Ready:
+        tag = f"L{layer}.{op.label}"
+        tp = len(group.cores)
+        if op.role == "linear":
+            spec = GemmSpec(tag, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
+                            "sram" if (layer, op.name) in plan.sram_weights or not self.has_hbm
+                            else "hbm", self.config.weight_tile_bytes)
+            return self.strategy.lower(graph, spec, group, deps, self.width)
+        if op.role == "attention":
+            return self._attention(graph, group, plan, op, tag, deps)
+        if op.role == "kv_write":
+            return self._kv_write(graph, group, plan, op, tag, deps)
+        if op.role == "vector":
+            share = Op(op.op.kind, elements=-(-op.op.elements // tp),
+                       flops_per_element=op.op.flops_per_element, dtype_bytes=op.op.dtype_bytes,
+                       name=op.name)
+            return {core: [graph.compute(f"core{core}.vec", share, deps[core], f"{tag}@core{core}")]
+                    for core in group.cores}
+        raise MappingError(f"operator {op.name!r} (role {op.role!r}) of {self.model.name} is "
+                           "not supported by the dense NPU mapping (MoE layers need an expert "
+                           "strategy)")
+
+    def _attention(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
+        tp = len(group.cores)
+        share = Op("gemm", m=op.op.m, k=op.op.k, n=op.op.n, batch=-(-op.op.batch // tp),
+                   dtype_bytes=op.op.dtype_bytes, name=op.name)
+        chunk = self.chunks[op.seq or 0]
+        spilled = plan.kv_read_hbm_fraction(chunk.context_len)
+        out: Ready = {}
+        for core in group.cores:
+            waits = list(deps[core])
+            hbm_bytes = int(op.kv_read_bytes * spilled) // tp
+            if hbm_bytes and self.has_hbm:
+                waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram", hbm_bytes,
+                                            (), f"{tag}.kv_load@core{core}",
+                                            chunk_bytes=self.config.stream_chunk_bytes))
+            out[core] = [graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")]
+        return out
+
+    def _kv_write(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
+        tp = len(group.cores)
+        chunk = self.chunks[op.seq or 0]
+        spilled = plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens)
+        out: Ready = {}
+        for core in group.cores:
+            hbm_bytes = int(op.kv_write_bytes * spilled) // tp
+            if hbm_bytes and self.has_hbm:
+                out[core] = [graph.transfer(f"core{core}.sram", f"core{core}.hbm", hbm_bytes,
+                                            deps[core], f"{tag}.spill@core{core}",
+                                            chunk_bytes=self.config.stream_chunk_bytes)]
+            else:
+                copy = Op("elementwise", elements=-(-op.op.elements // tp),
+                          flops_per_element=op.op.flops_per_element,
+                          dtype_bytes=op.op.dtype_bytes, name=op.name)
+                out[core] = [graph.compute(f"core{core}.vec", copy, deps[core], f"{tag}@core{core}")]
+        return out
+
+    # -- LM head -----------------------------------------------------------------------
+    def lm_head(self, last: Group, cores: Group, plan: StagePlan,
+                chunks: tuple[SequenceChunk, ...]) -> TaskGraph:
+        graph = TaskGraph(name="lm_head")
+        dtype, hidden = self.config.dtype_bytes, self.model.hidden_size
+        rows = sum(1 for c in chunks if c.sample)
+        root = last.cores[0]
+        start = graph.collective("broadcast", [f"core{root}"] + [f"core{c}" for c in cores.cores
+                                                                  if c != root],
+                                 rows * hidden * dtype, (), "broadcast sampled rows")
+        ops = lm_head_ops(self.model, [SequenceChunk(1, c.context_len, c.sample)
+                                       for c in chunks], dtype)
+        count = len(cores.cores)
+        for core in cores.cores:
+            norm, head = ops[0], ops[-1]
+            task = graph.compute(f"core{core}.vec",
+                                 Op("elementwise", elements=-(-rows * hidden // count) or 1,
+                                    flops_per_element=norm.op.flops_per_element,
+                                    dtype_bytes=dtype, name="final_norm"),
+                                 [start], f"final_norm@core{core}")
+            columns = -(-head.op.n // count)
+            waits = [task]
+            if not plan.lm_head_in_sram and self.has_hbm:
+                waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram",
+                                            hidden * columns * dtype, (),
+                                            f"lm_head.weights@core{core}",
+                                            chunk_bytes=self.config.stream_chunk_bytes))
+            graph.compute(f"core{core}.sa", Op("gemm", m=rows, k=hidden, n=columns,
+                                               dtype_bytes=dtype, name="lm_head"),
+                          waits, f"lm_head@core{core}")
+        return graph

@@ -1,0 +1,120 @@
+"""Where an LLM's weights and KV cache live on each pipeline stage (NpuSim §4.2).
+
+Per core of a stage, SRAM is filled in priority order: activation/input buffers and
+compute/communication temporaries first, then KV-cache blocks for the whole run (up to
+the requests' final length), then as many weight tensors as fit, in layer order; the
+rest of the weights stream from the core's HBM every time they are used, and KV beyond
+what SRAM holds spills to the request's HBM ring buffer.  Every core of a stage holds
+``1/tp`` of each tensor, so one plan describes them all.
+
+The plan answers the mapping's three questions: is this weight SRAM-resident, what
+share of a KV read comes from HBM, and what share of a KV write goes to HBM.  A model
+that does not fit (weights + minimum KV > SRAM + HBM of the cores it uses) is rejected
+with the shortfall.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from npusim.mapping.memory_manager import check_model_fits, hbm_capacity_bytes, plan_core_memory
+from npusim.workload.layer_ops import SequenceChunk, layer_ops, lm_head_ops
+
+#: Activation buffers kept per core: input, output and one spare for the
+#: communication in flight (assumption, NpuSim §4.2 reserves "dedicated buffers").
+ACTIVATION_BUFFERS = 3
+#: Weight tiles in flight while streaming (double buffering).
+STREAM_BUFFERS = 2
+
+
+@dataclass
+class StagePlan:
+    """Memory decisions of one pipeline stage (identical for each of its cores)."""
+
+    layers: range
+    sram_weights: set[tuple[int, str]] = field(default_factory=set)
+    kv_sram_tokens: int = 0          # tokens of each sequence whose KV sits in SRAM
+    lm_head_in_sram: bool = False
+    sram_used_bytes: dict[str, int] = field(default_factory=dict)
+    hbm_weight_bytes: int = 0        # per core
+
+    def kv_read_hbm_fraction(self, context_len: int) -> float:
+        """Share of a read of ``context_len`` cached tokens that comes from HBM."""
+        if context_len <= 0:
+            return 0.0
+        return max(0, context_len - self.kv_sram_tokens) / context_len
+
+    def kv_write_hbm_fraction(self, context_len: int, new_tokens: int) -> float:
+        """Share of the KV of ``new_tokens`` tokens after ``context_len`` that spills."""
+        end = context_len + new_tokens
+        spilled = max(0, end - max(self.kv_sram_tokens, context_len))
+        return min(1.0, spilled / new_tokens) if new_tokens else 0.0
+
+
+def _weights_by_layer(model, config, layer: int) -> list[tuple[str, int]]:
+    chunk = [SequenceChunk(1, 0)]
+    return [(op.name, op.weight_bytes) for op in
+            layer_ops(model, chunk, config.dtype_bytes, layer=layer) if op.weight_bytes]
+
+
+def _largest_activation_bytes(model, config) -> int:
+    """Largest activation tensor one iteration produces (whole group)."""
+    tokens = (config.prefill_chunk or config.prompt_len) * config.batch
+    biggest = 0
+    for op in layer_ops(model, [SequenceChunk(config.prefill_chunk or config.prompt_len, 0)]
+                        * config.batch, config.dtype_bytes, layer=0):
+        biggest = max(biggest, op.activation_in_bytes, op.activation_out_bytes)
+    return max(biggest, tokens * model.hidden_size * config.dtype_bytes)
+
+
+def plan_stages(device, model, config, layer_ranges: list[range], groups, all_cores) -> list[StagePlan]:
+    """One :class:`StagePlan` per stage; raises :class:`MappingError` if the model cannot fit."""
+    hw = device.config
+    tp = config.tp
+    sram_bytes = hw.core.sram.capacity_bytes
+    hbm_bytes = hbm_capacity_bytes(hw.hbm) if hw.hbm is not None else 0
+    kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
+    kv_per_token_layer = 2 * model.kv_size * kv_dtype      # K and V, one layer
+    used_cores = len(all_cores.cores)
+    lm_head = lm_head_ops(model, [SequenceChunk(1, 0)], config.dtype_bytes)[-1]
+    lm_head_share = -(-lm_head.weight_bytes // used_cores)
+
+    buffers = (ACTIVATION_BUFFERS * -(-_largest_activation_bytes(model, config) // tp)
+               + STREAM_BUFFERS * config.weight_tile_bytes)
+    check_model_fits(model.params_total * config.dtype_bytes,
+                     config.batch * config.total_len * kv_per_token_layer * model.num_hidden_layers,
+                     sram_bytes * used_cores, hbm_bytes * used_cores,
+                     model_name=model.name, kv_tokens=config.total_len,
+                     reserved_sram_bytes=buffers * used_cores)
+    plans = []
+    for index, layers in enumerate(layer_ranges):
+        weights = [(f"{layer}.{name}", -(-size // tp)) for layer in layers
+                   for name, size in _weights_by_layer(model, config, layer)]
+        # The first stage keeps the embedding table in HBM (rows are gathered by token,
+        # never streamed whole), so it never competes for SRAM.
+        embedding = (-(-model.params_embedding * config.dtype_bytes // tp)
+                     if index == 0 and hbm_bytes else 0)
+        weights.append(("lm_head", lm_head_share))
+        kv_per_token = -(-kv_per_token_layer * len(layers) // tp)
+        tokens = config.batch * config.total_len
+        core_plan = plan_core_memory(
+            sram_capacity_bytes=sram_bytes, hbm_capacity_bytes=max(0, hbm_bytes - embedding),
+            buffer_bytes=buffers,
+            weights=weights, kv_bytes_per_token=kv_per_token, kv_sram_tokens=tokens,
+            min_kv_tokens=tokens, core=groups[index].cores[0])
+        resident = {name for name, _ in core_plan.sram_weights}
+        plans.append(StagePlan(
+            layers=layers,
+            sram_weights={(layer, name) for layer in layers
+                          for name, _ in _weights_by_layer(model, config, layer)
+                          if f"{layer}.{name}" in resident},
+            kv_sram_tokens=core_plan.kv_sram_tokens // config.batch,
+            lm_head_in_sram="lm_head" in resident,
+            sram_used_bytes={"buffers": core_plan.buffer_bytes,
+                             "kv": core_plan.kv_sram_bytes,
+                             "weights": core_plan.sram_weight_bytes},
+            hbm_weight_bytes=core_plan.hbm_weight_bytes))
+    return plans
+
+
+__all__ = ["StagePlan", "plan_stages"]

@@ -1,0 +1,130 @@
+"""LLM inference workload: a single request or a fixed batch, prefill then decode.
+
+``kind: llm`` names a model (a shipped config or any Hugging Face ``config.json``), the
+prompt and output lengths and the batch, and how the model is mapped: tensor-parallel
+degree, pipeline stages, core placement and GEMM partition (all selectable by name).
+The device-specific mapper turns each iteration into segments; the run reports TTFT,
+TBT and end-to-end latency next to the per-op breakdown.
+
+Phases: the prefill of ``prompt_len`` tokens (optionally in chunks) produces the first
+token; each of the following ``output_len - 1`` decode steps produces one more.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from npusim.core import registry
+from npusim.core.errors import MappingError, NpusimError
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import Bytes
+
+#: Device kind -> "module:function" of the mapper that lowers an LLM run on it.
+MAPPERS = {"npu": "npusim.strategies.npu.llm_mapping:map_llm"}
+
+
+def _named_part(category: str, value: Any) -> Any:
+    """Accept ``"ring"`` or ``{kind: ring, ...}`` for a registered part; return its config."""
+    if isinstance(value, PartConfig):
+        return value
+    data = {"kind": value} if isinstance(value, str) else value
+    if not isinstance(data, dict) or "kind" not in data:
+        raise ValueError(f"expected a {category} name or a mapping with 'kind', got {value!r}")
+    known = registry.entries(category)
+    if data["kind"] not in known:
+        raise ValueError(f"unknown {category} {data['kind']!r}; known: {', '.join(known)}")
+    return known[data["kind"]].config.model_validate(data)
+
+
+class LlmWorkloadConfig(PartConfig):
+    """A dense or MoE LLM serving one request (or a fixed batch of identical requests)."""
+
+    kind: Literal["llm"] = "llm"
+    model: str = Field(description="Shipped model name (qwen3_4b, Qwen3-4B, ...) or a path "
+                                   "to a Hugging Face config.json.")
+    prompt_len: int = Field(ge=1, description="Prompt tokens per request.")
+    output_len: int = Field(1, ge=1, description="Generated tokens per request (the first "
+                                                 "comes from prefill; output_len - 1 decode steps).")
+    batch: int = Field(1, ge=1, description="Identical requests run together (fixed batch).")
+    dtype_bytes: int = Field(2, ge=1, le=8, description="Weight and activation bytes per "
+                                                        "element (2 = FP16/BF16).")
+    kv_dtype_bytes: int | None = Field(None, ge=1, le=8, description="KV-cache bytes per "
+                                                                     "element (default dtype_bytes).")
+    tp: int = Field(4, ge=1, description="Tensor-parallel degree: cores per pipeline stage "
+                                         "(NpuSim Fig. 8-10 use TP=4).")
+    pipeline_stages: int | None = Field(
+        None, ge=1, description="Pipeline stages (each a TP group holding consecutive "
+                                "layers). Default: as many as the chip holds, at most one "
+                                "per layer.")
+    placement: Any = Field("ring", description="Core placement by name or {kind: ...}: "
+                                               "linear_seq, linear_interleave, ring, mesh2d.")
+    partition: Any = Field("k", description="GEMM tensor partition by name or {kind: ...}: "
+                                            "mn (AllGather), k (AllReduce), mnk (2-D).")
+    prefill_chunk: int = Field(0, ge=0, description="Prefill chunk in tokens (0: the whole "
+                                                    "prompt in one iteration).")
+    decode_kv_bucket_tokens: int = Field(
+        1, ge=1, description="Time each decode step at its KV length rounded up to a "
+                             "multiple of this (1: exact). Steps in one bucket share one "
+                             "simulated segment; attention time is over-estimated by at "
+                             "most bucket/context of itself (documented approximation).")
+    weight_tile_bytes: Bytes = Field(
+        1 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one DMA "
+                                   "per tile, double-buffered).")
+    stream_chunk_bytes: Bytes = Field(
+        256 << 10, gt=0, description="Burst group of bulk sequential streams (weights, "
+                                     "spilled KV): one simulated memory transaction each. "
+                                     "Larger is faster to simulate; the DRAM channel "
+                                     "still times every burst inside it.")
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, value: str) -> str:
+        from npusim.workload.models import load_model
+
+        try:
+            load_model(value)
+        except NpusimError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, value: Any) -> Any:
+        return _named_part("placement", value)
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, value: Any) -> Any:
+        return _named_part("partition", value)
+
+    @model_validator(mode="after")
+    def _check(self) -> "LlmWorkloadConfig":
+        if self.prefill_chunk and self.prefill_chunk > self.prompt_len:
+            raise ValueError(f"prefill_chunk ({self.prefill_chunk}) exceeds prompt_len "
+                             f"({self.prompt_len})")
+        return self
+
+    @property
+    def total_len(self) -> int:
+        """Tokens a request holds at its end (prompt + generated)."""
+        return self.prompt_len + self.output_len
+
+
+def mapper_for(device: Any):
+    """The LLM mapper of ``device``'s kind, or a clear error when there is none."""
+    kind = getattr(device.config, "kind", "?")
+    target = MAPPERS.get(kind)
+    if target is None:
+        raise MappingError(f"workload kind 'llm' has no mapper for device kind {kind!r} "
+                           f"yet (supported: {', '.join(MAPPERS)})")
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+@register("workload", LlmWorkloadConfig)
+def lower_llm(device, config: LlmWorkloadConfig, seed: int = 0):
+    """Lower an LLM run on ``device`` into a :class:`~npusim.workload.program.Program`."""
+    return mapper_for(device)(device, config, seed)
