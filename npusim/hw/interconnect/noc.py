@@ -1,45 +1,39 @@
-"""On-chip network: 2D mesh / ring / linear NoC with packet-level link reservation.
+"""On-chip network: 2D mesh / ring / linear NoC of input-queued virtual-channel routers.
 
-What is modelled (NpuSim §3.1, DESIGN.md "NoC packets hold a link once the handshake
-succeeds and then move one flit per cycle"):
+What is modelled (NpuSim §3.1; details, validation and gaps in ``docs/noc.md``):
 
 * A transfer is cut into **packets** of at most ``max_packet_bytes`` payload, each
   ``header_flits + ceil(payload / flit_bytes)`` flits long.  A link carries one flit per
   cycle, so its bandwidth is ``flit_bytes * freq_hz``.
 * A packet's path (deterministic, see :mod:`noc_topology`) is its source's injection
-  port, the router-to-router links, and the destination's ejection port.  The head
-  **handshakes hop by hop in event order**: at each router it spends
-  ``router_latency_cycles`` (route computation and arbitration), then asks for the next
-  link; links are granted first come, first served.  Once granted, the head crosses the
-  link in ``link_latency_cycles`` and the body follows **one flit per cycle**.
-* A link stays **held** until the packet's tail has crossed it.  If the head is blocked
-  further on, the tail can only advance as far as the buffers in between allow
-  (``buffer_flits`` per router, wormhole flow control), so a long packet keeps its
-  upstream links locked while it waits: NpuSim's channel locking.  A packet that fits in
-  one buffer (``flits <= buffer_flits``) frees each link ``flits`` cycles after it got
-  it, whatever happens downstream (virtual cut-through).
-* **Deadlock freedom**: a blocked packet only waits for a link that comes later in its
-  path.  With XY routing on a mesh (and on a line) those "waits-for" edges form an
-  acyclic graph, so no cycle of waiting packets can exist.  On a ring each direction is
-  a cycle; the router before each direction's *dateline* link buffers a whole packet
-  (the role of the dateline virtual channel), so a packet waiting for the dateline holds
-  nothing upstream and the cycle is broken.
+  port, the router-to-router links, and the destination's ejection port.  Every router
+  input has ``virtual_channels`` VC buffers of ``buffer_flits`` flits; the head spends
+  ``router_latency_cycles`` in each router (route, VC and switch allocation, switch
+  traversal) and ``link_latency_cycles`` on each link, and the body follows one flit per
+  cycle, so an idle network gives the closed form of :meth:`MeshNoc.zero_load_cycles`.
+* Contention is that of an input-queued router (:mod:`noc_router`): FIFO order inside a
+  VC (head-of-line blocking), VC allocation, credit-based flow control with
+  ``credit_delay_cycles`` credit return, and a separable input-first switch allocator
+  with round-robin arbiters.  None of these is tuned: the BookSim saturation throughput
+  and loaded latency (C-NOC-02/03) are predictions of these mechanisms.
+* A packet longer than a VC buffer is **wormhole**-routed: while its head is blocked it
+  keeps the upstream VCs it spans locked (NpuSim's channel locking); other VCs of the
+  same links stay usable.
+* **Deadlock freedom**: a blocked packet only waits for resources later in its path
+  (output VCs, downstream buffer space).  With XY routing on a mesh (and on a line)
+  these dependencies are acyclic.  On a ring each direction is a cycle; the buffer in
+  front of each direction's *dateline* link holds whole packets (the dateline VC's
+  role), so nothing waiting for the dateline holds a ring link and the cycle is broken.
 
-Events: one SimPy event per hop per packet (the head's arrival at the next arbitration
-point), plus one when a packet had to queue behind a locked link.  Link arbitration
-itself costs no event: a link remembers when it becomes free, and a packet arriving
-while it is busy is granted at that time directly (first come, first served in event
-order, as output-queued routers with deep buffers would do).
-
-Not modelled (see the validation notes): virtual channels as separate resources,
-switch-allocator inefficiency and head-of-line blocking inside router input buffers,
-credit round trips, finite buffer capacity for packets that fit in one buffer.
+Cost: the model is transaction level.  A granted packet occupies its channel for
+``flits`` cycles as one train, and a router runs an allocation round only when a waiting
+packet could make progress, so a packet costs about one SimPy event per router it
+crosses, whatever its length and the network size.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
 from typing import Any, Callable, Generator, Literal
 
 from pydantic import Field, model_validator
@@ -48,14 +42,13 @@ from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
 from npusim.core.units import BandwidthBps, Bytes, FreqHz, cycles_to_ps
 from npusim.hw.base import Interconnect
+from npusim.hw.interconnect.noc_router import INF, Channel, Packet, Router
 from npusim.hw.interconnect.noc_topology import NocTopology
 
 #: Largest relative difference accepted between ``link_bandwidth_bps`` and
 #: ``flit_bytes * freq_hz`` (the simulated bandwidth is always the latter).
 BANDWIDTH_MATCH_TOLERANCE = 0.01
 
-#: A buffer that holds any packet (the dateline buffer of a ring).
-_UNBOUNDED = 1 << 62
 
 
 class NocConfig(PartConfig):
@@ -63,7 +56,9 @@ class NocConfig(PartConfig):
 
     Defaults: 8x8 mesh at 500 MHz with 32-byte flits (16 GB/s per link and direction,
     the low end of NpuSim Table 3's "16-480 GB/s x4"); 3-cycle routers and 1-cycle links
-    were set from BookSim2's 8x8-mesh zero-load latency of 27.1 cycles (components.md).
+    were set from BookSim2's 8x8-mesh zero-load latency of 27.1 cycles (components.md),
+    the only calibrated values.  One 8-flit VC per input by default (a wormhole router);
+    the BookSim reference router is ``virtual_channels=4, buffer_flits=8``.
     """
 
     kind: Literal["noc"] = "noc"
@@ -94,9 +89,19 @@ class NocConfig(PartConfig):
         1, ge=0, description="Cycles for a flit to cross one link, injection and ejection "
                              "channels included. Calibrated: 1.")
     buffer_flits: int = Field(
-        8, ge=1, description="Input-buffer depth (flits) a packet can fill in each router "
-                             "(one virtual channel; BookSim reference: 8). A longer packet "
-                             "keeps upstream links locked while its head is blocked.")
+        8, ge=1, description="Depth (flits) of each virtual-channel buffer at a router "
+                             "input (BookSim reference: 8). Credit flow control: a packet "
+                             "only enters a VC with room for it; a packet longer than one "
+                             "buffer keeps its upstream VCs locked while its head is blocked.")
+    virtual_channels: int = Field(
+        1, ge=1, description="Virtual channels per router input port (and per link), each "
+                             "with its own buffer_flits buffer. 1 (default) is a plain "
+                             "wormhole router; BookSim reference: 4. More VCs relieve "
+                             "head-of-line blocking and raise saturation throughput.")
+    credit_delay_cycles: int = Field(
+        1, ge=0, description="Cycles from a flit leaving a buffer until the sender may reuse "
+                             "its slot (the credit's trip back over the link). Assumption: "
+                             "1, one link traversal as in BookSim with 1-cycle channels.")
     max_packet_bytes: Bytes = Field(
         4096, gt=0, description="Largest payload of one packet; a transfer is cut into "
                                 "packets of this size (assumption: 4 KiB, NpuSim gives none).")
@@ -137,92 +142,9 @@ class NocConfig(PartConfig):
         return self.width * self.height
 
 
-class _Link:
-    """Run state of one directed link or NI port.
-
-    ``free_at`` is when the next packet may be granted (ps), or -1 while the holder's
-    release time is not known yet (it is blocked downstream); then arrivals queue in
-    ``waiters`` (FIFO).
-    """
-
-    __slots__ = ("key", "free_at", "waiters", "busy_ps", "flits", "bytes", "packets")
-
-    def __init__(self, key: Any):
-        self.key = key
-        self.free_at = 0
-        self.waiters: deque[_Packet] = deque()
-        self.busy_ps = 0
-        self.flits = 0
-        self.bytes = 0
-        self.packets = 0
-
-
-class _Packet:
-    """One packet walking its path (a small state machine driven by SimPy callbacks)."""
-
-    __slots__ = ("noc", "links", "caps", "last", "flits", "payload", "hops", "j", "grant",
-                 "held", "pending", "created_ps", "on_done")
-
-    def __init__(self, noc: "MeshNoc", links: tuple[_Link, ...], caps: tuple[int, ...],
-                 hops: int, payload: int, flits: int, on_done: Callable[[int], None] | None):
-        self.noc = noc
-        self.links = links
-        self.caps = caps
-        self.last = len(links) - 1
-        self.flits = flits
-        self.payload = payload
-        self.hops = hops
-        self.j = 0
-        self.grant = 0
-        self.held = False  # link j is held with a release time not known yet
-        # Links still held whose release depends on later grants:
-        # [link, grant_ps, release candidate_ps, buffer flits between it and the head].
-        self.pending: list[list[Any]] = []
-        self.created_ps = noc.env.now  # type: ignore[union-attr]
-        self.on_done = on_done
-
-    def arbitrate(self, _event: Any = None) -> None:
-        """The head asks for link ``j`` now; granted at once or queued behind a lock."""
-        link = self.links[self.j]
-        if link.free_at >= 0 and not link.waiters:
-            now = self.noc.env.now  # type: ignore[union-attr]
-            self.noc._take(link, self, link.free_at if link.free_at > now else now)
-            self.advance()
-        else:
-            link.waiters.append(self)
-
-    def advance(self, _event: Any = None) -> None:
-        """Link ``j`` was granted at ``self.grant``: settle upstream links, move on."""
-        noc, j, grant = self.noc, self.j, self.grant
-        flits, period = self.flits, noc.period_ps
-        if self.pending:
-            keep = []
-            for entry in self.pending:
-                # The tail crosses the held link only once the head has moved far enough
-                # for the flits in between to fit into the intermediate buffers.
-                term = grant + (flits - entry[3]) * period
-                if term > entry[2]:
-                    entry[2] = term
-                entry[3] += self.caps[j]
-                if entry[3] >= flits or j == self.last:
-                    noc._release(entry[0], entry[1], entry[2])
-                else:
-                    keep.append(entry)
-            self.pending = keep
-        if self.held:  # link j stays locked until the head gets further
-            self.pending.append([self.links[j], grant, grant + flits * period, self.caps[j]])
-        env = noc.env
-        assert env is not None
-        if j == self.last:
-            noc._delivered(self, grant + noc.eject_ps + (flits - 1) * period)
-        else:
-            self.j = j + 1
-            env.timeout(grant + noc.hop_ps - env.now).callbacks.append(self.arbitrate)
-
-
 @register("interconnect", NocConfig)
 class MeshNoc(Interconnect):
-    """2D-mesh / ring / linear NoC: XY routing, hop-by-hop link handshake, flit streaming.
+    """2D-mesh / ring / linear NoC: XY routing, input-queued VC routers, flit trains.
 
     Endpoints are node ids: an ``int``, ``"coreN"`` / ``"N"`` strings, or an ``(x, y)``
     tuple; node ``i`` sits at ``x = i % width``, ``y = i // width``.
@@ -240,11 +162,14 @@ class MeshNoc(Interconnect):
         self.hop_ps = (cfg.link_latency_cycles + cfg.router_latency_cycles) * self.period_ps
         #: Head time from the ejection-port grant to the destination NI.
         self.eject_ps = cfg.link_latency_cycles * self.period_ps
+        #: Credit return: a freed slot is usable upstream this long after its flit left.
+        self.credit_ps = cfg.credit_delay_cycles * self.period_ps
         self._datelines = self.topology.dateline_links()
-        self._links: list[_Link] = []
-        self._inject: list[_Link] = []
-        self._eject: list[_Link] = []
-        self._paths: dict[tuple[int, int], tuple[tuple[_Link, ...], tuple[int, ...], int]] = {}
+        self._links: list[Channel] = []
+        self._inject: list[Channel] = []
+        self._eject: list[Channel] = []
+        self._sources: list[Channel] = []
+        self._paths: dict[tuple[int, int], tuple[tuple[Channel, ...], int]] = {}
         self._reset_links()
 
     # -- endpoints and routing -----------------------------------------------------
@@ -327,7 +252,7 @@ class MeshNoc(Interconnect):
     def reset_stats(self) -> None:
         super().reset_stats()
         for link in self._all_links():
-            link.busy_ps = link.flits = link.bytes = link.packets = 0
+            link.held_ps = link.flits = link.bytes = link.packets = 0
 
     def transfer(self, src: Any, dst: Any, size_bytes: int) -> Generator[Any, Any, None]:
         """SimPy process body: move ``size_bytes`` from ``src`` to ``dst`` as packets
@@ -371,19 +296,27 @@ class MeshNoc(Interconnect):
         as soon as the delivery time is known (at or before it).  ``flits`` overrides
         the flit count derived from ``payload_bytes`` (synthetic traffic)."""
         s, d = self.node(src), self.node(dst)
-        links, caps, hops = self._path_state(s, d)
+        path, hops = self._path_state(s, d)
         count = flits if flits is not None else self.packet_flits(payload_bytes)
-        _Packet(self, links, caps, hops, int(payload_bytes), count, on_done).arbitrate()
+        env = self._env()
+        packet = Packet(path, hops, int(payload_bytes), count, env.now, on_done)
+        queue = path[0].waiting[0]
+        queue.append(packet)
+        path[0].queued += 1
+        if len(queue) == 1:
+            path[0].receiver.poke(max(env.now, path[0].front_free[0]))  # type: ignore[union-attr]
 
     def link_stats(self) -> dict[tuple[int, int], dict[str, int]]:
-        """Per router-to-router link that carried traffic: ``busy_ps`` (time held,
+        """Per router-to-router link that carried traffic: ``busy_ps`` (time carrying
+        flits, one cycle per flit), ``held_ps`` (VC holding time summed over packets,
         including while locked behind a blocked head), ``bytes``, ``flits``, ``packets``."""
-        return {link.key: _link_dict(link) for link in self._links if link.packets}
+        return {link.key: _link_dict(link, self.period_ps) for link in self._links
+                if link.packets}
 
     def port_stats(self) -> dict[tuple[int, str], dict[str, int]]:
         """Same as :meth:`link_stats` for NI ports, keyed ``(node, "inject"|"eject")``."""
-        return {link.key: _link_dict(link) for link in self._inject + self._eject
-                if link.packets}
+        return {link.key: _link_dict(link, self.period_ps)
+                for link in self._inject + self._eject if link.packets}
 
     # -- internals -------------------------------------------------------------------
     def _env(self) -> Any:
@@ -391,61 +324,77 @@ class MeshNoc(Interconnect):
             raise RuntimeError(f"{self.name}: call bind(env) before a tlm transfer")
         return self.env
 
-    def _all_links(self) -> list[_Link]:
+    def _all_links(self) -> list[Channel]:
         return self._links + self._inject + self._eject
 
     def _reset_links(self) -> None:
-        self._links = [_Link(key) for key in self.topology.links]
-        self._inject = [_Link((n, "inject")) for n in range(self.num_nodes)]
-        self._eject = [_Link((n, "eject")) for n in range(self.num_nodes)]
+        """Fresh channels, routers and network interfaces (idle network)."""
+        cfg = self.config
+        nvc, buffer = cfg.virtual_channels, cfg.buffer_flits
+        n = self.num_nodes
+        routers = [Router(self) for _ in range(n)]
+        interfaces = [Router(self) for _ in range(n)]
+        # The buffer a packet waits in before a ring's dateline link holds whole packets
+        # (the dateline VC's role): nothing waiting for the dateline holds a ring link.
+        whole = {((2 * a - b) % n, a) for a, b in self._datelines}
+        self._links = []
+        for key in self.topology.links:
+            channel = Channel(key, nvc, INF if key in whole else buffer)
+            channel.sender = routers[key[0]]
+            routers[key[1]].add_input(channel)
+            self._links.append(channel)
+        self._inject, self._eject, self._sources = [], [], []
+        for node in range(n):
+            source = Channel((node, "source"), 1, INF)  # unbounded source queue
+            interfaces[node].add_input(source)
+            inject = Channel((node, "inject"), nvc, buffer)
+            inject.sender = interfaces[node]
+            routers[node].add_input(inject)
+            eject = Channel((node, "eject"), 1, INF, sink=True)
+            eject.sender = routers[node]
+            self._sources.append(source)
+            self._inject.append(inject)
+            self._eject.append(eject)
         self._paths = {}
 
-    def _path_state(self, s: int, d: int) -> tuple[tuple[_Link, ...], tuple[int, ...], int]:
-        """Links of the full path (injection port, links, ejection port) and the buffer
-        depth after each of them."""
+    def _path_state(self, s: int, d: int) -> tuple[tuple[Channel, ...], int]:
+        """Channels of the full path (source queue, injection port, links, ejection
+        port) and the hop count."""
         key = (s, d)
         cached = self._paths.get(key)
         if cached is None:
             route = self.topology.route(s, d)
             index = self.topology.link_index
-            links = (self._inject[s], *(self._links[index[l]] for l in route), self._eject[d])
-            buffer = self.config.buffer_flits
-            # Path link j + 1 is route[j] (the ejection port after the last route link).
-            nxt = route + [None, None]
-            caps = tuple(_UNBOUNDED if nxt[j] in self._datelines else buffer
-                         for j in range(len(links)))
-            cached = self._paths[key] = (links, caps, len(route))
+            path = (self._sources[s], self._inject[s],
+                    *(self._links[index[l]] for l in route), self._eject[d])
+            cached = self._paths[key] = (path, len(route))
         return cached
 
-    def _take(self, link: _Link, packet: _Packet, grant: int) -> None:
-        """Give ``link`` to ``packet`` from ``grant`` on; if its release is already known
-        (the packet fits in the next buffer, or this is its last link) record it."""
-        packet.grant = grant
-        link.packets += 1
-        link.flits += packet.flits
-        link.bytes += packet.payload
-        if packet.j == packet.last or packet.caps[packet.j] >= packet.flits:
-            span = packet.flits * self.period_ps
-            link.free_at = grant + span
-            link.busy_ps += span
-            packet.held = False
-        else:
-            link.free_at = -1
-            packet.held = True
-
-    def _release(self, link: _Link, grant: int, release: int) -> None:
-        """The holder's tail crosses ``link`` at ``release``: hand it to the waiters."""
-        link.busy_ps += release - grant
-        link.free_at = release
+    def release(self, packet: Packet, k: int, time_ps: int) -> None:
+        """``packet``'s tail crosses path channel ``k`` at ``time_ps``: free its VC there,
+        let the next packet of the buffer it left move up, and wake whoever waited for
+        this time to be known (the VC's or the upstream buffer's credits)."""
+        packet.release[k] = time_ps
+        channel = packet.path[k]
+        channel.held_ps += time_ps - packet.grant[k]
         env = self.env
         assert env is not None
-        while link.waiters and link.free_at >= 0:
-            waiter = link.waiters.popleft()
-            self._take(link, waiter, link.free_at)
-            # Continue the waiter from the event loop, not recursively from here.
-            env.timeout(0).callbacks.append(waiter.advance)
+        if not channel.sink:
+            channel.owner_free[packet.vcs[k]] = time_ps
+            if channel.starved:
+                channel.starved = False
+                channel.sender.poke(max(env.now, time_ps))  # type: ignore[union-attr]
+        left = packet.path[k - 1]  # the buffer the tail has now left
+        vc = packet.vcs[k - 1]
+        left.front_free[vc] = time_ps
+        if left.waiting[vc]:
+            left.receiver.poke(max(env.now, time_ps))  # type: ignore[union-attr]
+        if left.starved:
+            left.starved = False
+            left.sender.poke(env.now)  # type: ignore[union-attr]
 
-    def _delivered(self, packet: _Packet, done_ps: int) -> None:
+    def delivered(self, packet: Packet, done_ps: int) -> None:
+        """The tail of ``packet`` reaches its destination at ``done_ps`` (known now)."""
         self.stats.add("packets")
         self.stats.add("flits", packet.flits)
         self.stats.add("packet_hops", packet.hops)
@@ -453,6 +402,6 @@ class MeshNoc(Interconnect):
             packet.on_done(done_ps)
 
 
-def _link_dict(link: _Link) -> dict[str, int]:
-    return {"busy_ps": link.busy_ps, "bytes": link.bytes, "flits": link.flits,
-            "packets": link.packets}
+def _link_dict(link: Channel, period_ps: int) -> dict[str, int]:
+    return {"busy_ps": link.flits * period_ps, "held_ps": link.held_ps,
+            "bytes": link.bytes, "flits": link.flits, "packets": link.packets}

@@ -148,7 +148,8 @@ def noc_uniform_random(width: int = 8, height: int = 8, injection_rate: float = 
     Returns ``avg_latency_cycles``, ``accepted_rate`` (flits/node/cycle delivered in the
     window), ``offered_rate``, ``avg_hops``, ``zero_load_latency_cycles`` (closed form for
     the same packets), ``delivered_fraction`` and ``packets``.  ``noc`` overrides
-    :class:`NocConfig` fields (e.g. ``{router_latency_cycles: 2}``).
+    :class:`NocConfig` fields (e.g. ``{virtual_channels: 4, buffer_flits: 8}`` for the
+    BookSim reference router of components.md; the NocConfig default is one VC).
     """
     net = _noc(width, height, topology, noc)
     return run_uniform_random(net, injection_rate, packet_flits, cycles, warmup_cycles,

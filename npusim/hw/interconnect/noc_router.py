@@ -1,0 +1,331 @@
+"""Run state of the NoC: channels with virtual channels and credits, input-queued
+routers with a separable switch allocator, and packets moving as flit trains.
+
+This module is the event-driven core behind :class:`~npusim.hw.interconnect.noc.MeshNoc`
+(see ``docs/noc.md`` for the model and its validation).  Everything is a whole number
+of picoseconds; nothing here loops over cycles or over idle routers:
+
+* a :class:`Router` runs an **allocation round** only at times when one of its waiting
+  packets could make progress (its head becomes ready, a link or crossbar input frees,
+  a credit or an output VC comes back); every blocked request either knows the next
+  time worth trying or is woken by whoever unblocks it;
+* a packet's flits move as one **train**: once granted, a channel is busy for
+  ``flits`` cycles, so a packet costs about one event per router it crosses whatever
+  its length.
+
+Router micro-architecture (input-queued, Dally & Towles ch. 16-19; BookSim's ``iq``):
+
+* every input port has ``nvc`` virtual channels, each a FIFO buffer of ``cap`` flits;
+  only the packet at the front of a VC may request an output (head-of-line blocking
+  inside a VC, none across VCs);
+* **VC allocation**: a head takes any free VC of its output channel (round robin), and
+  keeps it while it waits for the switch; a VC is free again once the tail of its
+  holder has been sent (BookSim's ``wait_for_tail_credit = 0``);
+* **credit-based flow control**: a packet may start on a VC only if the downstream
+  buffer will have room for ``min(flits, cap)`` of its flits as they arrive, counting
+  slots that free up as earlier packets leave (a slot's credit reaches the sender
+  ``credit_ps`` after its flit left);
+* **switch allocation**: separable, input first, one iteration: each input port picks
+  one of its eligible VCs (round robin), then each output picks one of the input ports
+  that chose it (round robin).  An input port whose pick loses cannot send another VC
+  that would have won a free output: the allocator's matching inefficiency;
+* **wormhole locking** for packets longer than a buffer: the tail leaves a channel only
+  when the flits ahead of it fit into the buffers the head has reached, so a blocked
+  long packet keeps its upstream VCs (not the physical links) until it moves on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from npusim.hw.interconnect.noc import MeshNoc
+
+#: "Never" / "unbounded" sentinel (ps or flits).
+INF = 1 << 62
+
+
+class Channel:
+    """One directed channel: a router-to-router link, an injection or an ejection port,
+    plus the VC buffers it feeds at its receiving router.
+
+    ``owner_free[v]`` is when VC ``v`` may be allocated again (-1: held, time not known
+    yet); ``buf[v]`` lists ``(packet, index)`` entries still occupying slots of the
+    downstream buffer; ``waiting[v]`` the packets in that buffer not yet sent on;
+    ``front_free[v]`` when the previous front packet's tail left the buffer (-1: not
+    known yet).
+    """
+
+    __slots__ = ("key", "sender", "receiver", "port", "nvc", "cap", "sink", "busy_until",
+                 "owner_free", "buf", "waiting", "front_free", "va_rr", "sa_rr",
+                 "starved", "queued", "flits", "bytes", "packets", "held_ps")
+
+    def __init__(self, key: Any, nvc: int, cap: int, sink: bool = False):
+        self.key = key
+        self.sender: Router | None = None
+        self.receiver: Router | None = None
+        self.port = 0  # input-port index at the receiver
+        self.nvc = nvc
+        self.cap = cap
+        self.sink = sink  # ejection: the node takes a flit every cycle
+        self.busy_until = 0
+        self.owner_free = [0] * nvc
+        self.buf: list[deque[tuple[Packet, int]]] = [deque() for _ in range(nvc)]
+        self.waiting: list[deque[Packet]] = [deque() for _ in range(nvc)]
+        self.front_free = [0] * nvc
+        self.va_rr = 0
+        self.sa_rr = 0
+        # A request on this channel waits for something whose time is not known yet
+        # (a VC holder or a buffered packet blocked downstream): wake the sender then.
+        self.starved = False
+        self.queued = 0  # packets in ``waiting`` over all VCs (skip idle ports fast)
+        self.flits = 0
+        self.bytes = 0
+        self.packets = 0
+        self.held_ps = 0
+
+
+class Packet:
+    """A packet walking its path ``(source queue, injection, links..., ejection)``."""
+
+    __slots__ = ("path", "j", "vcs", "flits", "payload", "hops", "ready", "grant",
+                 "release", "pending", "on_done")
+
+    def __init__(self, path: tuple[Channel, ...], hops: int, payload: int, flits: int,
+                 now: int, on_done: Callable[[int], None] | None):
+        n = len(path)
+        self.path = path
+        self.j = 1  # index of the channel requested next (path[0] is the source queue)
+        self.vcs = [0] + [-1] * (n - 1)  # VC held on each channel (-1: none yet)
+        self.flits = flits
+        self.payload = payload
+        self.hops = hops
+        self.ready = now  # when the head may request path[j]
+        self.grant = [0] * n
+        self.release: list[int | None] = [None] * n  # tail has crossed channel k
+        self.pending: list[list[int]] = []  # [k, release candidate, flits buffered ahead]
+        self.on_done = on_done
+
+
+class Router:
+    """An input-queued VC router (or a node's network interface, whose only input is
+    the unbounded source queue).  State lives here; timing constants on the network."""
+
+    __slots__ = ("net", "inputs", "in_rr", "xbar_free", "wakes", "port_rr")
+
+    def __init__(self, net: "MeshNoc"):
+        self.net = net
+        self.inputs: list[Channel] = []
+        self.in_rr: list[int] = []
+        self.xbar_free: list[int] = []  # crossbar input: one flit per cycle per port
+        self.wakes: set[int] = set()
+        self.port_rr = 0
+
+    def add_input(self, channel: Channel) -> None:
+        channel.receiver = self
+        channel.port = len(self.inputs)
+        self.inputs.append(channel)
+        self.in_rr.append(0)
+        self.xbar_free.append(0)
+
+    def poke(self, when: int) -> None:
+        """Run an allocation round at ``when`` (ps, not in the past); deduplicated."""
+        if when in self.wakes:
+            return
+        self.wakes.add(when)
+        env = self.net.env
+        assert env is not None
+        env.timeout(when - env.now, when).callbacks.append(self._wake)
+
+    def _wake(self, event: Any) -> None:
+        self.wakes.discard(event.value)
+        self.allocate(event.env.now)
+
+    # -- one allocation round --------------------------------------------------------
+    def allocate(self, t: int) -> None:
+        period = self.net.period_ps
+        nxt = INF
+        nports = len(self.inputs)
+        # Input stage (with VC allocation on the way): one candidate per input port.
+        picks: dict[Channel, list[tuple[int, int, Packet]]] = {}
+        start_port = self.port_rr
+        self.port_rr = (start_port + 1) % nports  # rotate who allocates VCs first
+        for pi in range(nports):
+            p = (start_port + pi) % nports
+            ch_in = self.inputs[p]
+            if not ch_in.queued:
+                continue
+            xfree = self.xbar_free[p]
+            nvc = ch_in.nvc
+            first = self.in_rr[p]
+            chosen = None
+            for k in range(nvc):
+                v = (first + k) % nvc
+                queue = ch_in.waiting[v]
+                if not queue:
+                    continue
+                front_free = ch_in.front_free[v]
+                if front_free < 0:
+                    continue  # the previous packet's tail is stuck; its release wakes us
+                packet = queue[0]
+                ready = packet.ready if packet.ready > front_free else front_free
+                if ready > t:
+                    if ready < nxt:
+                        nxt = ready
+                    continue
+                when = self._earliest(packet, t, xfree)
+                if when > t:
+                    if when < nxt:
+                        nxt = when
+                elif chosen is None:
+                    chosen = (p, v, packet)
+                elif t + period < nxt:
+                    nxt = t + period  # eligible but not this port's pick: next cycle
+            if chosen is not None:
+                out = chosen[2].path[chosen[2].j]
+                if out in picks:
+                    picks[out].append(chosen)
+                else:
+                    picks[out] = [chosen]
+        # Output stage: each output grants one of the ports that picked it.
+        for out, requests in picks.items():
+            if len(requests) > 1:
+                base = out.sa_rr
+                requests.sort(key=lambda r: (r[0] - base) % nports)
+                if t + period < nxt:
+                    nxt = t + period  # the losers retry next cycle
+            p, v, packet = requests[0]
+            self.in_rr[p] = (v + 1) % self.inputs[p].nvc
+            out.sa_rr = (p + 1) % nports
+            self._grant(packet, p, v, t)
+            queue = self.inputs[p].waiting[v]
+            if queue and self.inputs[p].front_free[v] >= 0:
+                head = queue[0]
+                ready = max(head.ready, self.inputs[p].front_free[v], t + period)
+                if ready < nxt:
+                    nxt = ready
+        if nxt < INF:
+            self.poke(nxt)
+
+    def _earliest(self, packet: Packet, t: int, xfree: int) -> int:
+        """Earliest time ``packet`` could win the switch for its next channel (``t`` if
+        now), allocating it a free output VC on the way; INF if that time is not known."""
+        out = packet.path[packet.j]
+        when = out.busy_until if out.busy_until > xfree else xfree
+        if out.sink:
+            return when if when > t else t
+        vc = packet.vcs[packet.j]
+        if vc < 0:  # VC allocation: any VC whose previous holder's tail has been sent
+            nvc, base = out.nvc, out.va_rr
+            soonest = INF
+            for k in range(nvc):
+                w = (base + k) % nvc
+                free = out.owner_free[w]
+                if 0 <= free <= t:
+                    vc = w
+                    break
+                if 0 <= free < soonest:
+                    soonest = free
+            if vc < 0:
+                if soonest == INF:
+                    out.starved = True
+                return soonest
+            packet.vcs[packet.j] = vc
+            out.owner_free[vc] = -1
+            out.va_rr = (vc + 1) % nvc
+        credit = self._credit_time(out, vc, packet, t)
+        if credit > when:
+            when = credit
+        return when if when > t else t
+
+    def _credit_time(self, out: Channel, vc: int, packet: Packet, t: int) -> int:
+        """Earliest start such that ``packet``'s first ``min(flits, cap)`` flits never
+        find the downstream VC buffer full (see the module docstring)."""
+        cap = out.cap
+        if cap >= INF:
+            return t
+        net = self.net
+        period, credit_ps = net.period_ps, net.credit_ps
+        buf = out.buf[vc]
+        # Forget packets whose every slot is free again.
+        while buf:
+            other, k = buf[0]
+            gone = other.release[k + 1]
+            if gone is None or gone - period + credit_ps > t:
+                break
+            buf.popleft()
+        need = packet.flits if packet.flits < cap else cap
+        total = 0
+        for other, _k in buf:
+            total += other.flits if other.flits < cap else cap
+        missing = need - (cap - total)  # slots that must free up during the train
+        if missing <= 0:
+            return t
+        count = 0
+        for other, k in buf:
+            gone = other.release[k + 1]
+            if gone is None:
+                out.starved = True
+                return INF
+            held = other.flits if other.flits < cap else cap
+            if count + held >= missing:
+                # The held slots free one per cycle, the last one when its tail's credit
+                # arrives; the train may start (need - 1) cycles before the slot it needs.
+                last = gone - period + credit_ps
+                slot = last - (held - (missing - count)) * period
+                start = slot - (need - 1) * period
+                return start if start > t else t
+            count += held
+        out.starved = True
+        return INF
+
+    # -- grants and releases -----------------------------------------------------------
+    def _grant(self, packet: Packet, port: int, vc_in: int, t: int) -> None:
+        net = self.net
+        period = net.period_ps
+        j, flits = packet.j, packet.flits
+        out = packet.path[j]
+        span = flits * period
+        out.busy_until = t + span
+        self.xbar_free[port] = t + span
+        out.packets += 1
+        out.flits += flits
+        out.bytes += packet.payload
+        packet.grant[j] = t
+        ch_in = self.inputs[port]
+        ch_in.waiting[vc_in].popleft()
+        ch_in.queued -= 1
+        ch_in.front_free[vc_in] = -1  # set when this packet's tail has left
+        last = j == len(packet.path) - 1
+        # Wormhole: upstream channels still held learn how far the head has got.
+        if packet.pending:
+            keep = []
+            for entry in packet.pending:
+                term = t + (flits - entry[2]) * period
+                if term > entry[1]:
+                    entry[1] = term
+                entry[2] += out.cap
+                if entry[2] >= flits or last:
+                    net.release(packet, entry[0], entry[1])
+                else:
+                    keep.append(entry)
+            packet.pending = keep
+        if last or out.cap >= flits:
+            net.release(packet, j, t + span)
+        else:  # longer than the next buffer: the tail's release waits for the head
+            packet.pending.append([j, t + span, out.cap])
+        if last:
+            net.delivered(packet, t + net.eject_ps + (flits - 1) * period)
+            return
+        vc = packet.vcs[j]
+        queue = out.waiting[vc]
+        out.buf[vc].append((packet, j))
+        queue.append(packet)
+        out.queued += 1
+        packet.j = j + 1
+        packet.ready = t + net.hop_ps
+        if len(queue) == 1 and out.front_free[vc] >= 0:
+            receiver = out.receiver
+            assert receiver is not None
+            receiver.poke(max(packet.ready, out.front_free[vc]))
