@@ -225,7 +225,8 @@ class _Builder:
         if op.role == "linear":
             spec = GemmSpec(tag, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
                             "sram" if (layer, op.name) in plan.sram_weights or not self.has_hbm
-                            else "hbm", self.config.weight_tile_bytes)
+                            else "hbm", self.config.weight_tile_bytes,
+                            self.config.stream_chunk_bytes)
             return self.strategy.lower(graph, spec, group, deps, self.width)
         if op.role == "attention":
             return self._attention(graph, group, plan, op, tag, deps)

@@ -58,13 +58,15 @@ def _weights_by_layer(model, config, layer: int) -> list[tuple[str, int]]:
 
 
 def _largest_activation_bytes(model, config) -> int:
-    """Largest activation tensor one iteration produces (whole group)."""
+    """Largest activation tensor one iteration keeps between operators (whole group).
+
+    Attention scores are not counted: they are produced and consumed tile by tile
+    (flash-attention style), never materialised whole for a long prompt.
+    """
     tokens = (config.prefill_chunk or config.prompt_len) * config.batch
-    biggest = 0
-    for op in layer_ops(model, [SequenceChunk(config.prefill_chunk or config.prompt_len, 0)]
-                        * config.batch, config.dtype_bytes, layer=0):
-        biggest = max(biggest, op.activation_in_bytes, op.activation_out_bytes)
-    return max(biggest, tokens * model.hidden_size * config.dtype_bytes)
+    width = max(model.hidden_size, model.intermediate_size or 0,
+                model.q_size + 2 * model.kv_size)
+    return tokens * width * config.dtype_bytes
 
 
 def plan_stages(device, model, config, layer_ranges: list[range], groups, all_cores) -> list[StagePlan]:

@@ -66,6 +66,10 @@ class GemmSpec:
     batch: int = 1
     weights_in: Literal["sram", "hbm"] = "sram"
     weight_tile_bytes: int = 1 << 20
+    #: Memory transaction size of weight streams (0: the device's DMA burst group).
+    #: Bulk sequential streams can use large burst groups: fewer simulated events,
+    #: the DRAM channel still times every burst inside each group.
+    stream_chunk_bytes: int = 0
 
     def __post_init__(self) -> None:
         for label in ("m", "k", "n", "dtype_bytes", "batch", "weight_tile_bytes"):
@@ -213,8 +217,9 @@ class Ports:
     Every send/load depends on the previous one issued by the same core, in creation
     order; creation order is topological, so this adds no cycle."""
 
-    def __init__(self, graph: TaskGraph):
+    def __init__(self, graph: TaskGraph, load_chunk_bytes: int = 0):
         self.graph = graph
+        self.load_chunk_bytes = load_chunk_bytes
         self._send: dict[int, int] = {}
         self._load: dict[int, int] = {}
         self.sent_bytes: dict[int, int] = {}
@@ -230,7 +235,8 @@ class Ports:
     def load(self, core: int, size_bytes: int, deps: Sequence[int], name: str) -> int:
         chain = [self._load[core]] if core in self._load else []
         tid = self.graph.transfer(f"core{core}.hbm", f"core{core}.sram", size_bytes,
-                                  _unique(list(deps) + chain), name)
+                                  _unique(list(deps) + chain), name,
+                                  chunk_bytes=self.load_chunk_bytes)
         self._load[core] = tid
         return tid
 

@@ -67,7 +67,7 @@ class KPartition:
         # the neighbour), so all cores use the tile width of the largest K slice.
         per_tile = tile_extent(gemm.weight_tile_bytes, max(k_parts) * eb)
         tiles = [tile_extents(cols, per_tile) for cols in blocks]
-        ports = Ports(graph)
+        ports = Ports(graph, gemm.stream_chunk_bytes)
         outputs: dict[int, list[int]] = {core: [] for core in ring}
         computes: dict[int, list[int]] = {core: [] for core in ring}
         carried: dict[tuple[int, int], int] = {}  # (position, tile) -> running-sum task

@@ -77,7 +77,7 @@ class MnPartition:
             stationary, rotating = splits(gemm.n, tp), splits(gemm.m, tp)
         # A weight column and an input row both hold k elements: one tile size for both.
         per_tile = tile_extent(gemm.weight_tile_bytes, gemm.k * gemm.elem_bytes)
-        outputs = rotate_rings(Ports(graph), gemm, [ring], [gemm.k], stationary, rotating,
+        outputs = rotate_rings(Ports(graph, gemm.stream_chunk_bytes), gemm, [ring], [gemm.k], stationary, rotating,
                                self.config.rotate, per_tile, deps, gemm.name)
         return join_outputs(graph, gemm.name, outputs)
 

@@ -89,7 +89,7 @@ class MnkPartition:
         # Partial tiles of a row are summed element-wise, so every column must cut its
         # blocks the same way: one tile width, from the largest K slice.
         per_tile = tile_extent(gemm.weight_tile_bytes, max(k_parts) * gemm.elem_bytes)
-        ports = Ports(graph)
+        ports = Ports(graph, gemm.stream_chunk_bytes)
 
         def allreduce_rows(step: int, partials: dict) -> dict[int, list[int]]:
             out: dict[int, list[int]] = {}
