@@ -24,11 +24,14 @@ def rows(outcomes: Iterable[Outcome]) -> list[list[str]]:
         c = o.case
         error = "-" if o.error is None else f"{100 * o.error:.1f}%"
         status = "pass" if o.passed else ("ERROR" if o.message.startswith("error") else "FAIL")
+        if not o.passed and c.known_gap:
+            status = "FAIL (known gap)"
         ref = c.reference if isinstance(c.reference, str) else _fmt(float(c.reference))
         if c.kind == "trend":
             ref = c.expect or ""
         out.append([c.id, c.title, c.role, c.kind, _fmt(o.simulated), f"{ref} {c.unit}".strip(),
-                    error, f"{100 * c.tolerance:.0f}%", status, c.source, o.message])
+                    error, f"{100 * c.tolerance:.0f}%", status, c.source,
+                    "; ".join(part for part in (o.message, c.known_gap, c.notes) if part)])
     return out
 
 
