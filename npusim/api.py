@@ -19,7 +19,8 @@ from npusim.executor.base import SegmentRun, prepare
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.tlm import run_tlm
 from npusim.metrics.result import OP_COLUMNS, Result
-from npusim.mapping.taskgraph import ComputeTask, HostTask, TransferTask
+from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
+from npusim.workload.program import LazySegment
 
 _EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
 
@@ -72,12 +73,23 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     segment_rows: list[tuple] = []
     clock = events = transactions = 0
     ends: list[int] = []
-    for index, (graph, label) in enumerate(zip(program.segments, program.labels)):
-        key = id(graph)
-        if key not in prepared:
-            prepared[key] = (graph, prepare(graph, device))
-        run, reused = memo.run(prepared[key][1], execute)
-        if run_cfg.trace and len(columns["task"]) + len(run.graph) <= run_cfg.trace_max_tasks:
+    def prepared_graph(graph: TaskGraph) -> TaskGraph:
+        if id(graph) not in prepared:
+            prepared[id(graph)] = (graph, prepare(graph, device))
+        return prepared[id(graph)][1]
+
+    for index, (segment, label) in enumerate(zip(program.segments, program.labels)):
+        if isinstance(segment, LazySegment):
+            run, reused = memo.lazy_run(
+                segment.key, segment.cores,
+                lambda: memo.run(prepared_graph(segment.build()), execute)[0])
+        else:
+            run, reused = memo.run(prepared_graph(segment), execute)
+        tasks = len(run.starts)
+        if run_cfg.trace and len(columns["task"]) + tasks <= run_cfg.trace_max_tasks:
+            if run.graph is None:  # a lazy hit: build the graph only for its task names
+                run = SegmentRun(prepared_graph(segment.build()), run.starts, run.ends,
+                                 run.unit_stats, run.events, run.transactions, run.extra)
             _append_rows(columns, run, index, label, clock)
         for op, busy in _run_busy_by_op(run).items():
             busy_by_op[op] += busy
@@ -143,6 +155,8 @@ def _run_busy_by_op(run: SegmentRun) -> dict[str, int]:
     ``attn_qk``, ``transfer``…), layer prefixes dropped; cached on the run, so a memo
     hit costs nothing.  Overlapping tasks on different units both count."""
     cached = run.extra.get("busy_by_op")
+    if cached is None and run.graph is None:
+        return {}
     if cached is None:
         cached = defaultdict(int)
         for task in run.graph.tasks:

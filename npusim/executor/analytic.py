@@ -47,18 +47,24 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             unit_free[task.unit] = start + duration
             account_compute(device, task, duration)
         elif isinstance(task, TransferTask):
-            plan = device.plan_transfer(task, seed) if task.size_bytes > 0 else None
-            duration = device.transfer_time_ps(task, seed, plan)
+            duration, reservations, accounting = device.analytic_transfer(task, seed)
             # Each memory and link is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
             start = end = ready
-            for name, busy in device.transfer_reservations(task, seed, plan):
+            for name, busy in reservations:
                 served = max(ready, unit_free.get(name, 0)) + busy
                 unit_free[name] = served
                 end = max(end, served)
             duration = max(duration, end - start)
-            device.account_transfer(task, duration, seed, plan)
+            for part, action, busy, size, chunks in accounting:
+                stats = part.stats
+                stats.busy_ps += busy
+                if action == "write":
+                    stats.bytes_written += size
+                else:
+                    stats.bytes_read += size
+                stats.transactions += chunks
         else:
             assert isinstance(task, HostTask)
             resource = host_resource(task)

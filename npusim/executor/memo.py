@@ -62,6 +62,7 @@ class SegmentMemo:
     hits: int = 0
     misses: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
+    _lazy: dict[tuple, _Entry] = field(default_factory=dict)
     _keys: dict[int, tuple[TaskGraph, str, dict[int, int]]] = field(default_factory=dict)
 
     def key(self, graph: TaskGraph) -> tuple[str, dict[int, int]]:
@@ -107,6 +108,31 @@ class SegmentMemo:
                             for old, canon in entry.to_canonical.items()}
         run = entry.run
         return SegmentRun(graph, run.starts, run.ends,
+                          relabel_units(run.unit_stats, original_to_here),
+                          run.events, run.transactions, run.extra), True
+
+    def lazy_run(self, key: tuple, cores: tuple[int, ...],
+                 compute: Callable[[], SegmentRun]) -> tuple[SegmentRun, bool]:
+        """The run of a lazy segment (``key`` up to a shift of ``cores``).
+
+        On a hit nothing is built: the stored run's counters are renamed onto ``cores``
+        and its ``graph`` is ``None`` (callers build the graph only if they need task
+        names).  ``compute`` builds, prepares and runs the segment on a miss.
+        """
+        mapping = (self.canonical(set(cores)) if self.canonical else None) or {}
+        where = tuple(mapping.get(core, core) for core in cores)
+        entry = self._lazy.get((key, where)) if self.enabled else None
+        if entry is None:
+            run = compute()
+            if self.enabled:
+                self._lazy[(key, where)] = _Entry(run, mapping)
+            return run, False
+        self.hits += 1
+        from_canonical = {new: old for old, new in mapping.items()}
+        original_to_here = {old: from_canonical.get(canon, canon)
+                            for old, canon in entry.to_canonical.items()}
+        run = entry.run
+        return SegmentRun(None, run.starts, run.ends,  # type: ignore[arg-type]
                           relabel_units(run.unit_stats, original_to_here),
                           run.events, run.transactions, run.extra), True
 

@@ -66,13 +66,16 @@ class LlmWorkloadConfig(PartConfig):
     prefill_chunk: int = Field(0, ge=0, description="Prefill chunk in tokens (0: the whole "
                                                     "prompt in one iteration).")
     decode_kv_bucket_tokens: int = Field(
-        1, ge=1, description="Time each decode step at its KV length rounded up to a "
-                             "multiple of this (1: exact). Steps in one bucket share one "
+        16, ge=1, description="Time each decode step at its KV length rounded up to a "
+                             "multiple of this (1: exact; default 16 tokens). Steps in one "
+                             "bucket share one "
                              "simulated segment; attention time is over-estimated by at "
                              "most bucket/context of itself (documented approximation).")
     weight_tile_bytes: Bytes = Field(
-        1 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one DMA "
-                                   "per tile, double-buffered).")
+        4 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one DMA "
+                                   "per tile, double-buffered; assumption: 4 MiB, so two "
+                                   "tiles use 1/8 of a 64 MiB scratchpad). Also the grain "
+                                   "of pipelined collectives.")
     stream_chunk_bytes: Bytes = Field(
         256 << 10, gt=0, description="Burst group of bulk sequential streams (weights, "
                                      "spilled KV): one simulated memory transaction each. "

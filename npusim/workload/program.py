@@ -8,21 +8,39 @@ Segments are separated by a barrier (every task of one ends before the next star
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 from npusim.mapping.taskgraph import TaskGraph
+
+
+@dataclass(frozen=True)
+class LazySegment:
+    """A segment built only if its timing is not known yet.
+
+    ``key`` identifies the graph ``build()`` returns up to a shift of the cores it uses
+    (for a decoder stage: the iteration's shapes and the stage's layer count); ``cores``
+    lists those cores in a fixed order, so the executor can tell two shifted copies
+    apart from two different placements.  Long runs repeat a few segment shapes on many
+    core groups thousands of times; lazy segments make a repeat cost a lookup, not a
+    graph build.
+    """
+
+    key: Hashable
+    cores: tuple[int, ...]
+    build: Callable[[], TaskGraph]
+    name: str = ""
 
 
 @dataclass
 class Program:
     """Ordered segments plus workload-level facts for the metrics (tokens, FLOPs…)."""
 
-    segments: list[TaskGraph] = field(default_factory=list)
+    segments: list[TaskGraph | LazySegment] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     #: Optional: workload-level metrics (TTFT, TBT, ...) from every segment's end time (ps).
     finish: Callable[[list[int]], dict[str, Any]] | None = None
 
-    def append(self, graph: TaskGraph, label: str = "") -> None:
+    def append(self, graph: TaskGraph | LazySegment, label: str = "") -> None:
         self.segments.append(graph)
         self.labels.append(label or graph.name)

@@ -63,6 +63,7 @@ class Device:
         # Closed-form stage times are pure functions of (part, action, route, size,
         # pattern); LLM runs ask for the same ones thousands of times.
         self._stage_times: dict[tuple, int] = {}
+        self._analytic: dict[tuple, tuple] = {}
         self._part_names: dict[int, str] = {}
 
     # -- construction helpers ------------------------------------------------------
@@ -115,6 +116,31 @@ class Device:
     def reduce_unit(self, endpoint: str) -> str | None:
         """Compute unit that adds partial sums arriving at ``endpoint`` (None: free)."""
         return None
+
+    def analytic_transfer(self, task: TransferTask, seed: int = 0
+                          ) -> tuple[int, list[tuple[str, int]], list[tuple[Any, str, int, int, int]]]:
+        """Everything the analytic executor needs about a transfer, cached by shape.
+
+        Returns ``(duration_ps, reservations, accounting)``; ``accounting`` lists
+        ``(part stats, action, busy_ps, bytes, transactions)`` to add per stage.  The
+        closed form ignores the task's base address, so transfers with the same
+        endpoints, size, pattern and chunking share one entry.
+        """
+        key = (task.src, task.dst, task.size_bytes, task.pattern, task.chunk_bytes)
+        cached = self._analytic.get(key)
+        if cached is None:
+            if task.size_bytes <= 0:
+                cached = (0, [], [])
+            else:
+                plan = self.plan_transfer(task, seed)
+                chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
+                accounting = [(stage.part, stage.action,
+                               self.stage_time_ps(stage, task.size_bytes, plan.pattern),
+                               task.size_bytes, chunks) for stage in plan.stages]
+                cached = (self.transfer_time_ps(task, seed, plan),
+                          self.transfer_reservations(task, seed, plan), accounting)
+            self._analytic[key] = cached
+        return cached
 
     def stage_time_ps(self, stage: Stage, size_bytes: int, pattern: AccessPattern) -> int:
         """Closed-form time of ``size_bytes`` through one stage (cached per device)."""

@@ -18,6 +18,7 @@ groups are recognised by the memo as the same segment.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ from npusim.strategies.npu.partition import GemmSpec, get_partition
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import LayerOp, SequenceChunk, layer_ops, lm_head_ops
 from npusim.workload.models import load_model
-from npusim.workload.program import Program
+from npusim.workload.program import LazySegment, Program
 
 #: Inputs of each layer operator by name; an operator not listed depends on the one
 #: before it.  Per-sequence ops (``attn_qk[s3]``) look up their own sequence first.
@@ -119,25 +120,35 @@ def map_llm(device, config, seed: int = 0) -> Program:
                             "partition": config.partition.kind, "batch": config.batch,
                             "prompt_len": config.prompt_len, "output_len": config.output_len})
     phases: list[str] = []
-    graphs: dict[tuple, TaskGraph] = {}
     for iteration in iterations(config):
         shape = tuple((c.new_tokens, c.context_len, c.sample) for c in iteration.chunks)
         for index, (group, plan) in enumerate(zip(groups, plans)):
             previous = groups[index - 1] if index else None
-            key = ("stage", index, shape)
-            if key not in graphs:
-                graphs[key] = builder.stage(group, previous, plan, iteration.chunks,
-                                            f"{iteration.label}/stage{index}")
-            program.append(graphs[key], f"{iteration.label}/stage{index}")
+            label = f"{iteration.label}/stage{index}"
+            cores = (previous.cores if previous else ()) + group.cores
+            program.append(LazySegment(
+                ("stage", previous is None, _plan_key(model, plan), shape), cores,
+                functools.partial(builder.stage, group, previous, plan, iteration.chunks, label),
+                label), label)
             phases.append(iteration.phase)
         if any(c.sample for c in iteration.chunks):
-            key = ("lm_head", shape)
-            if key not in graphs:
-                graphs[key] = builder.lm_head(groups[-1], all_cores, plans[-1], iteration.chunks)
-            program.append(graphs[key], f"{iteration.label}/lm_head")
+            label = f"{iteration.label}/lm_head"
+            program.append(LazySegment(
+                ("lm_head", plans[-1].lm_head_in_sram, shape), groups[-1].cores + all_cores.cores,
+                functools.partial(builder.lm_head, groups[-1], all_cores, plans[-1],
+                                  iteration.chunks), label), label)
             phases.append(iteration.phase)
     program.finish = lambda ends: _phase_metrics(phases, ends, config)
     return program
+
+
+def _plan_key(model, plan: StagePlan) -> tuple:
+    """What makes two stages' graphs identical up to where their cores sit: layer
+    kinds, which weights are SRAM-resident (by position in the stage) and the KV split."""
+    first = plan.layers.start
+    return (tuple(model.layer_kind(layer) for layer in plan.layers),
+            tuple(sorted((layer - first, name) for layer, name in plan.sram_weights)),
+            plan.kv_sram_tokens)
 
 
 def _phase_metrics(phases: list[str], ends: list[int], config) -> dict[str, Any]:
