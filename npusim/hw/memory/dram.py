@@ -36,7 +36,7 @@ from npusim.core.units import PS_PER_S, Bytes, TimePs
 from npusim.hw.base import SEQUENTIAL, AccessPattern, MemoryTarget, MemoryTransaction
 from npusim.hw.memory.dram_controller import (ChannelController, ChannelRequest, DelayedEvent,
                                               DramCommand)
-from npusim.hw.memory.dram_mapping import AddressMapping, DramCoord, Segment, is_power_of_two
+from npusim.hw.memory.dram_mapping import AddressMapping, DramCoord, Segment, is_power_of_two, runs
 from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming, column_plan
 
 __all__ = ["DramConfig", "DramChannel", "DramHandle", "DramCommand", "DramCoord"]
@@ -227,6 +227,7 @@ class DramChannel(MemoryTarget):
         self._controllers: list[ChannelController] = []
         self._seq = 0
         self._bus_busy_ps = 0
+        self._plans: dict[tuple, ColumnPlan] = {}
 
     # -- tlm -------------------------------------------------------------------------
     def bind(self, env: Any) -> None:
@@ -265,14 +266,23 @@ class DramChannel(MemoryTarget):
         if env is None or not self._controllers:
             raise RuntimeError(f"{self.name}: bind(env) before submitting transactions")
         txn.begin_req_ps = env.now
-        by_channel = self._split(txn.addr, max(1, txn.size_bytes))
+        by_channel = runs(self.mapping, txn.addr, max(1, txn.size_bytes))
         handle = DramHandle(txn, DelayedEvent(env), len(by_channel), len(by_channel))
-        for channel, segments in by_channel.items():
+        plans = self._plans
+        for channel, channel_runs in by_channel.items():
             controller = self._controllers[channel]
             self._seq += 1
+            run_plans = []
+            bursts = 0
+            for run in channel_runs:
+                key = tuple((s.rank, s.bank_group, s.bursts) for s in run.segments)
+                plan = plans.get(key)
+                if plan is None:
+                    plan = plans[key] = column_plan(run.segments, self.timing)
+                run_plans.append(plan)
+                bursts += len(run.deltas) * sum(s.bursts for s in run.segments)
             request = ChannelRequest(
-                tuple(segments), tuple(controller.flat_bank(s) for s in segments),
-                column_plan(segments, self.timing), sum(s.bursts for s in segments), txn.is_write,
+                tuple(channel_runs), tuple(run_plans), bursts, txn.is_write,
                 self._seq, lambda now, h=handle: self._on_accept(h, now),
                 lambda first, end, h=handle: self._on_commit(h, first, end))
             controller.offer(request)
@@ -310,8 +320,9 @@ class DramChannel(MemoryTarget):
             return
         txn = handle.txn
         # A write is acknowledged once its data is on the bus; a read streams data back
-        # from its first to its last burst.
-        txn.begin_resp_ps = handle._end_data if txn.is_write else handle._first_data
+        # from its first to its last burst (BEGIN_RESP never precedes END_REQ: a channel
+        # may start its share before another channel has accepted its own).
+        txn.begin_resp_ps = max(txn.end_req_ps, handle._end_data if txn.is_write else handle._first_data)
         txn.end_resp_ps = handle._end_data
         self.stats.transactions += 1
         if txn.is_write:

@@ -37,7 +37,7 @@ import simpy
 from simpy.events import NORMAL
 
 from npusim.hw.base import UnitStats
-from npusim.hw.memory.dram_mapping import Segment
+from npusim.hw.memory.dram_mapping import BatchRun, Segment
 from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming
 
 _NEVER = -(1 << 62)  # "long ago": no constraint from a command that never happened
@@ -81,9 +81,8 @@ class BankState:
 class ChannelRequest:
     """One channel's share of a transaction, as it waits in that channel's queue."""
 
-    segments: tuple[Segment, ...]
-    flat_banks: tuple[int, ...]
-    plan: ColumnPlan
+    runs: tuple[BatchRun, ...]
+    plans: tuple[ColumnPlan, ...]  # column phase of one batch of each run
     bursts: int
     is_write: bool
     seq: int
@@ -149,9 +148,9 @@ class ChannelController:
     def offer(self, req: ChannelRequest) -> None:
         """BEGIN_REQ: enqueue ``req`` now, or hold it until entries free (backpressure)."""
         req.entries = min(req.bursts, self.queue_depth)
-        if len(req.segments) == 1:
-            seg = req.segments[0]
-            req.fast = (req.flat_banks[0], seg.row, seg.rank, seg.rank * self.bank_groups + seg.bank_group)
+        if len(req.runs) == 1 and len(req.runs[0].segments) == 1 and len(req.runs[0].deltas) == 1:
+            seg = req.runs[0].segments[0]
+            req.fast = (self.flat_bank(seg), seg.row, seg.rank, seg.rank * self.bank_groups + seg.bank_group)
         if not self.blocked and self.occupied + req.entries <= self.queue_depth:
             self._admit(req, self.env.now)
             if self._idle is not None and not self._idle.triggered:
@@ -210,7 +209,7 @@ class ChannelController:
         for req in queue:
             fast = req.fast
             if fast is None:
-                start = self._plan(req, now)[0]
+                start = self._plan(req, now)
             else:
                 flat, row, rank, group = fast
                 bank = banks[flat]
@@ -258,7 +257,7 @@ class ChannelController:
 
     def _act_ok(self, rank: int, bg: int, pending: list[tuple[int, int, int]]) -> int:
         """Earliest ACT in (rank, bg) given tRRD_S/L and tFAW, counting ACTs planned
-        earlier in the same request (``pending``: (rank, bg, time))."""
+        earlier in the same batch (``pending``: (rank, bg, time))."""
         t = self.t
         state = self.ranks[rank]
         earliest = max(state.last_act + t.trrd_s, self.bg_last_act[rank * self.bank_groups + bg] + t.trrd_l)
@@ -271,86 +270,206 @@ class ChannelController:
             earliest = max(earliest, window[-4] + t.tfaw)
         return earliest
 
-    def _plan(self, req: ChannelRequest, now: int) -> tuple[int, list[tuple[int, int, int]]]:
-        """Earliest column-phase start for ``req`` and the (segment, PRE, ACT) times it
-        needs, without changing any state."""
+    def _plan(self, req: ChannelRequest, now: int) -> int:
+        """Earliest column-phase start of ``req``'s first batch, without changing any
+        state (FR-FCFS ranks requests by when their data can start)."""
         t = self.t
-        segs, plan = req.segments, req.plan
+        run, plan = req.runs[0], req.plans[0]
+        segs = run.segments
         start = self._column_floor(segs[0].rank, req.is_write, now)
-        acts: list[tuple[int, int, int]] = []
         pending: list[tuple[int, int, int]] = []
         for k, seg in enumerate(segs):
-            bank = self.banks[req.flat_banks[k]]
+            bank = self.banks[self.flat_bank(seg)]
             if bank.open_row == seg.row:
                 ready = bank.col_ok
             else:
-                if bank.open_row >= 0:
-                    pre = max(now, bank.pre_ok)
-                    act = pre + t.trp
-                else:
-                    pre, act = -1, now
+                act = max(now, bank.pre_ok) + t.trp if bank.open_row >= 0 else now
                 act = max(act, bank.act_ok, self._act_ok(seg.rank, seg.bank_group, pending))
                 pending.append((seg.rank, seg.bank_group, act))
-                acts.append((k, pre, act))
                 ready = act + t.trcd
             ready = max(ready, self.bg_col_ok[seg.rank * self.bank_groups + seg.bank_group])
             start = max(start, ready - plan.first_offsets[k])
-        return start, acts
+        return start
 
     def _commit(self, req: ChannelRequest, now: int) -> tuple[int, int]:
-        """Book ``req``'s commands; return (first data time, last data time)."""
-        start, acts = self._plan(req, now)
-        for k, pre, act in acts:
-            self._activate(req.segments[k], req.flat_banks[k], pre, act)
-        self._book_columns(req, start, {k for k, _, _ in acts})
-        t, plan = self.t, req.plan
-        first_data = start + (t.cwl if req.is_write else t.cl)
-        end = first_data + plan.span
-        for rank in plan.ranks:
-            self.ranks[rank].col_ok = start + plan.span - t.t_burst + t.tccd_s
-            if req.is_write:
+        """Book ``req``'s commands batch by batch; return (first data, last data time).
+
+        Each batch (the segments that interleave on the bus, see
+        :class:`~npusim.hw.memory.dram_mapping.BatchRun`) activates its rows as early as
+        bank (tRP after the row's last column + tRTP/write recovery, tRC), bank-group
+        (tRRD_L) and rank (tRRD_S, tFAW, in order) state allows, then issues its
+        closed-form column phase once every row is ready and the previous batch has left
+        the bus.  Periodic runs (a sequential stream walking the banks, then the next
+        rows) are extrapolated once one bank-reuse period repeats the previous one
+        exactly (see :meth:`_skip`).
+        """
+        t = self.t
+        is_write = req.is_write
+        trp, trcd, trc, tras = t.trp, t.trcd, t.trc, t.tras
+        trrd_s, trrd_l, tfaw = t.trrd_s, t.trrd_l, t.tfaw
+        recovery = t.write_recovery() if is_write else t.trtp
+        col_gap = max(t.tccd_l, t.t_burst)
+        banks, bg_last_act, bg_col_ok, ranks = self.banks, self.bg_last_act, self.bg_col_ok, self.ranks
+        n_groups, n_banks = self.bank_groups, self.banks_per_group
+        log = self.command_log
+        first_rank = req.runs[0].segments[0].rank
+        floor = self._column_floor(first_rank, is_write, now)
+        bus_rank = first_rank
+        first_start = -1
+        counts = [0, 0, 0, 0]  # activates, precharges (= conflicts), misses, hit bursts
+        touched_ranks: set[int] = set()
+        for run, plan in zip(req.runs, req.plans):
+            template = [(seg, (seg.rank * n_groups + seg.bank_group) * n_banks + seg.bank,
+                         seg.rank * n_groups + seg.bank_group) for seg in run.segments]
+            firsts, lasts, span = plan.first_offsets, plan.last_offsets, plan.span
+            period = run.period if log is None else 0
+            history: list[tuple] = []
+            deltas = run.deltas
+            count = len(deltas)
+            b = 0
+            while b < count:
+                d_rank, d_bg, d_bank, d_row = deltas[b]
+                d_group = d_rank * n_groups + d_bg
+                d_flat = d_group * n_banks + d_bank
+                for rank in plan.ranks:
+                    touched_ranks.add(rank + d_rank)
+                if template[0][0].rank + d_rank != bus_rank:
+                    floor += t.trtrs
+                start = floor
+                booked = []
+                sig = []
+                for k, (seg, flat, group) in enumerate(template):
+                    flat += d_flat
+                    group += d_group
+                    row = seg.row + d_row
+                    bank = banks[flat]
+                    if bank.open_row == row:
+                        ready = bank.col_ok
+                        activated = 0
+                        sig.append(None)
+                    else:
+                        state = ranks[seg.rank + d_rank]
+                        if bank.open_row >= 0:
+                            pre = bank.pre_ok if bank.pre_ok > now else now
+                            act = pre + trp
+                            counts[1] += 1
+                            if log is not None:
+                                log.append(DramCommand(pre, "PRE", self.index, seg.rank + d_rank,
+                                                       seg.bank_group + d_bg, seg.bank + d_bank, bank.open_row))
+                        else:
+                            pre = -1
+                            act = now
+                            counts[2] += 1
+                        act = max(act, bank.act_ok, state.last_act + trrd_s, bg_last_act[group] + trrd_l)
+                        faw = state.faw
+                        if len(faw) == 4 and faw[0] + tfaw > act:
+                            act = faw[0] + tfaw
+                        bank.open_row = row
+                        bank.col_ok = ready = act + trcd
+                        bank.act_ok = act + trc
+                        bank.pre_ok = act + tras
+                        state.last_act = act
+                        faw.append(act)
+                        bg_last_act[group] = act
+                        counts[0] += 1
+                        activated = 1
+                        sig.append((act, pre))
+                        if log is not None:
+                            log.append(DramCommand(act, "ACT", self.index, seg.rank + d_rank,
+                                                   seg.bank_group + d_bg, seg.bank + d_bank, row))
+                    if bg_col_ok[group] > ready:
+                        ready = bg_col_ok[group]
+                    ready -= firsts[k]
+                    if ready > start:
+                        start = ready
+                    booked.append((bank, group, flat, seg.bursts - activated))
+                for k, (bank, group, _, hits) in enumerate(booked):
+                    last = start + lasts[k]
+                    if last + recovery > bank.pre_ok:
+                        bank.pre_ok = last + recovery
+                    if last + col_gap > bg_col_ok[group]:
+                        bg_col_ok[group] = last + col_gap
+                    counts[3] += hits
+                if log is not None:
+                    for k, (seg, _, _) in enumerate(template):
+                        log.append(DramCommand(start + firsts[k], "WR" if is_write else "RD", self.index,
+                                               seg.rank + d_rank, seg.bank_group + d_bg, seg.bank + d_bank,
+                                               seg.row + d_row, seg.bursts))
+                if first_start < 0:
+                    first_start = start
+                bus_rank = run.segments[-1].rank + d_rank
+                b += 1
+                if period:
+                    offsets = tuple(None if x is None else (x[0] - start, x[1] - start if x[1] >= 0 else None)
+                                    for x in sig)
+                    history.append((start - floor, offsets, start, tuple(counts),
+                                    tuple(x[2] for x in booked), tuple(x[1] for x in booked),
+                                    tuple(rank + d_rank for rank in plan.ranks)))
+                floor = start + span
+                if period and b % period == 0 and b >= 2 * period and count - b >= 2 * period:
+                    skipped = self._skip(history, period, (count - b) // period - 1)
+                    if skipped:
+                        shift, batches, add = skipped
+                        floor += shift
+                        b += batches
+                        counts = [c + a for c, a in zip(counts, add)]
+                        history.clear()
+        stats = self.stats
+        stats.add("activates", counts[0])
+        if counts[1]:
+            stats.add("precharges", counts[1])
+            stats.add("row_conflicts", counts[1])
+        if counts[2]:
+            stats.add("row_misses", counts[2])
+        if counts[3]:
+            stats.add("row_hits", counts[3])
+        latency = t.cwl if is_write else t.cl
+        first_data = first_start + latency
+        end = floor + latency
+        for rank in touched_ranks:
+            self.ranks[rank].col_ok = floor - t.t_burst + t.tccd_s
+            if is_write:
                 self.ranks[rank].wtr_ok = end + t.twtr
-        self.bus_free, self.bus_rank, self.bus_write = end, req.segments[-1].rank, req.is_write
-        self.horizon = start + plan.span
+        self.bus_free, self.bus_rank, self.bus_write = end, bus_rank, is_write
+        self.horizon = floor
         return first_data, end
 
-    def _book_columns(self, req: ChannelRequest, start: int, activated: set[int]) -> None:
-        """Column commands of every segment: precharge and tCCD_L bounds, hit counts."""
-        t, plan = self.t, req.plan
-        recovery = t.write_recovery() if req.is_write else t.trtp
-        for k, seg in enumerate(req.segments):
-            last = start + plan.last_offsets[k]
-            bank = self.banks[req.flat_banks[k]]
-            bank.pre_ok = max(bank.pre_ok, last + recovery)
-            group = seg.rank * self.bank_groups + seg.bank_group
-            self.bg_col_ok[group] = max(self.bg_col_ok[group], last + max(t.tccd_l, t.t_burst))
-            hit_bursts = seg.bursts - (k in activated)
-            if hit_bursts:
-                self.stats.add("row_hits", hit_bursts)
-            if self.command_log is not None:
-                self.command_log.append(DramCommand(
-                    start + plan.first_offsets[k], "WR" if req.is_write else "RD", self.index,
-                    seg.rank, seg.bank_group, seg.bank, seg.row, seg.bursts))
+    def _skip(self, history: list[tuple], period: int, periods: int) -> tuple[int, int, list[int]] | None:
+        """Extrapolate ``periods`` bank-reuse periods of a periodic run in closed form.
 
-    def _activate(self, seg: Segment, flat: int, pre: int, act: int) -> None:
-        t = self.t
-        bank = self.banks[flat]
-        if pre >= 0:
-            self.stats.add("precharges")
-            self.stats.add("row_conflicts")
-            self._log(pre, "PRE", seg, bank.open_row)
-        else:
-            self.stats.add("row_misses")
-        bank.open_row = seg.row
-        bank.col_ok = act + t.trcd
-        bank.act_ok = act + t.trc
-        bank.pre_ok = act + t.tras
-        state = self.ranks[seg.rank]
-        state.last_act = act
-        state.faw.append(act)
-        self.bg_last_act[seg.rank * self.bank_groups + seg.bank_group] = act
-        self.stats.add("activates")
-        self._log(act, "ACT", seg, seg.row)
+        ``history`` holds one entry per batch planned so far: (wait for the bus, ACT/PRE
+        offsets from the batch start, start, running counts, flat banks, groups, ranks).
+        If the last period repeats the one before it exactly (same waits, same command
+        offsets), every later period does too: a batch depends only on the batch before
+        it (bus, tRRD, tCCD_L), on the batch one period back (the same banks: tRP after
+        their last column, tRC) and on the last four ACTs (tFAW), which lie within one
+        period when it has at least four ACTs.  The skipped periods then shift all state
+        they touch by ``periods`` x the period time.  Returns (time shift, batches
+        skipped, counter increments), or None if not yet periodic.
+        """
+        last, before = history[-period:], history[-2 * period:-period]
+        if any(a[:2] != b[:2] for a, b in zip(last, before)):
+            return None
+        if last[-1][3][0] - before[-1][3][0] < 4:
+            return None
+        shift = periods * (last[-1][2] - before[-1][2])
+        add = [periods * (x - y) for x, y in zip(last[-1][3], before[-1][3])]
+        for entry in last:
+            for flat in entry[4]:
+                bank = self.banks[flat]
+                bank.act_ok += shift
+                bank.pre_ok += shift
+                bank.col_ok += shift
+        for group in {g for entry in last for g in entry[5]}:
+            self.bg_last_act[group] += shift
+            self.bg_col_ok[group] += shift
+        for rank in {r for entry in last for r in entry[6]}:
+            state = self.ranks[rank]
+            state.last_act += shift
+            moved = [x + shift for x in state.faw]
+            state.faw.clear()
+            state.faw.extend(moved)
+        return shift, periods * period, add
 
     def _log(self, time: int, command: str, seg: Segment, row: int) -> None:
         if self.command_log is not None:

@@ -242,3 +242,97 @@ class AddressMapping:
             else:
                 entry[0] += per_combo
                 entry[1] = min(entry[1], burst - first)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRun:
+    """One channel's share of an aligned power-of-two block, as a run of row batches.
+
+    A *batch* is the set of segments whose bursts interleave on the data bus (they
+    differ only in non-column bits below the block's highest column bit, e.g. the
+    bank-group bits of a bank-group-lowest mapping); batches follow each other in
+    address order (they differ in non-column bits above every column bit, e.g. bank and
+    row bits).  ``segments`` is batch 0 in address order; batch ``b`` has the same
+    segments with ``deltas[b]`` = (rank, bank group, bank, row) added to their fields
+    (the mapping is linear in the address bits, and the block is aligned, so the bits
+    are disjoint and OR is addition).  ``period`` is how many batches pass before the
+    bank pattern repeats with the next rows (0 when it does not repeat regularly).
+    """
+
+    channel: int
+    segments: tuple[Segment, ...]
+    deltas: tuple[tuple[int, int, int, int], ...]
+    period: int
+
+    @property
+    def count(self) -> int:
+        return len(self.deltas)
+
+
+_ZERO_DELTA = ((0, 0, 0, 0),)
+
+
+def _spread(value: int, positions: list[int]) -> int:
+    out = 0
+    for i, pos in enumerate(positions):
+        out |= ((value >> i) & 1) << pos
+    return out
+
+
+def runs(mapping: AddressMapping, addr: int, size_bytes: int) -> dict[int, list[BatchRun]]:
+    """Split ``[addr, addr + size_bytes)`` into per-channel :class:`BatchRun` s.
+
+    Cost: one decode per segment of the first batch plus one per further batch, i.e.
+    O(bank-parallel row batches), never O(bursts).
+    """
+    if size_bytes <= 0:
+        return {}
+    first = addr >> mapping.offset_bits
+    end = ((addr + size_bytes - 1) >> mapping.offset_bits) + 1
+    decode = mapping._decode_burst
+    if end - first == 1:
+        v = decode(first)
+        return {v[_CH]: [BatchRun(v[_CH], (Segment(v[_CH], v[_RA], v[_BG], v[_BA], v[_RO], 1, 0),),
+                                  _ZERO_DELTA, 0)]}
+    layout = getattr(mapping, "_layout", None)
+    if layout is None:
+        fields = {}
+        for field, pos, width, _ in mapping._parts:
+            for i in range(width):
+                fields[pos + i] = field
+        cols = tuple(p for p, f in sorted(fields.items()) if f == _CO)
+        chans = tuple(p for p, f in sorted(fields.items()) if f == _CH)
+        others = tuple(p for p, f in sorted(fields.items()) if f not in (_CO, _CH))
+        layout = mapping._layout = (fields, cols, chans, others)
+    fields, all_cols, all_chans, all_others = layout
+    out: dict[int, list[BatchRun]] = {}
+    start = first
+    while start < end:
+        span = (start & -start).bit_length() - 1 if start else end.bit_length()
+        while (1 << span) > end - start:
+            span -= 1
+        cols = [p for p in all_cols if p < span]
+        top = cols[-1] if cols else -1
+        chans = [p for p in all_chans if p < span]
+        inter = [p for p in all_others if p < top]
+        seq = [p for p in all_others if top < p < span]
+        bursts = 1 << len(cols)
+        bank_bits = [p for p in seq if fields[p] != _RO]
+        row_bits = [p for p in seq if fields[p] == _RO]
+        period = 1 << len(bank_bits) if row_bits and (not bank_bits or bank_bits[-1] < row_bits[0]) else 0
+        deltas = []
+        for b in range(1 << len(seq)):
+            v = decode(_spread(b, seq)) if b else (0,) * 6
+            deltas.append((v[_RA], v[_BG], v[_BA], v[_RO]))
+        deltas_t = tuple(deltas)
+        for cc in range(1 << len(chans)):
+            base = start | _spread(cc, chans)
+            segs = []
+            for i in range(1 << len(inter)):
+                burst = base | _spread(i, inter)
+                v = decode(burst)
+                segs.append(Segment(v[_CH], v[_RA], v[_BG], v[_BA], v[_RO], bursts, burst - first))
+            ch = segs[0].channel
+            out.setdefault(ch, []).append(BatchRun(ch, tuple(segs), deltas_t, period))
+        start += 1 << span
+    return out
