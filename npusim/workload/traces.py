@@ -1,0 +1,538 @@
+"""Request traces for the serving engine: the :class:`Request` record, the ordered
+:class:`RequestTrace`, and readers/writers for CSV, JSONL and the Azure LLM inference
+trace format.
+
+Arrival times are integer picoseconds from the start of the trace, as everywhere in
+npusim.  Every malformed file raises :class:`~npusim.core.errors.TraceError` whose message
+is ``FILE:LINE: column 'NAME': got VALUE; expected ...`` so a user can fix the row without
+reading a traceback.  Synthetic traces and presets live in
+:mod:`npusim.workload.trace_generators`; the format is documented in ``docs/traces.md``.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import datetime
+import json
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from npusim.core.errors import TraceError
+from npusim.core.units import PS_PER_S
+
+__all__ = ["Request", "RequestTrace", "read_trace", "FORMATS", "MAX_ARRIVAL_PS"]
+
+#: Formats :func:`read_trace` understands (``auto`` picks one from the file).
+FORMATS = ("auto", "csv", "jsonl", "azure")
+
+#: Arrival times must fit a signed 64-bit integer (pandas/numpy columns); ~106 days.
+MAX_ARRIVAL_PS = 2**63 - 1
+
+#: Column names of npusim's own CSV/JSONL format, in the order the writers emit them.
+COLUMNS = ("id", "arrival_ps", "prompt_tokens", "output_tokens", "priority")
+_TIME_COLUMNS = ("arrival_ps", "arrival_s", "timestamp")
+_AZURE_COLUMNS = {"timestamp": "TIMESTAMP", "prompt_tokens": "ContextTokens",
+                  "output_tokens": "GeneratedTokens"}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One inference request.
+
+    ``arrival_ps`` is measured from the start of the trace; ``priority`` is opaque here
+    (its meaning belongs to the scheduler that reads it).
+    """
+
+    request_id: str
+    arrival_ps: int
+    prompt_tokens: int
+    output_tokens: int
+    priority: int = 0
+
+    @property
+    def arrival_s(self) -> float:
+        """Arrival time in seconds (for display; simulation uses ``arrival_ps``)."""
+        return self.arrival_ps / PS_PER_S
+
+
+class RequestTrace:
+    """An immutable sequence of requests in arrival order.
+
+    The constructor checks the invariants every consumer relies on: arrivals are
+    non-decreasing and non-negative, ids are unique, both lengths are at least one token.
+    (Strictly increasing arrivals are a *file* rule, see :func:`read_trace`; in memory
+    simultaneous arrivals are allowed, e.g. an offline batch all at t=0.)
+    """
+
+    __slots__ = ("_requests", "source")
+
+    def __init__(self, requests: Iterable[Request], source: str = "<memory>"):
+        self._requests: tuple[Request, ...] = tuple(requests)
+        self.source = source
+        _check_invariants(self._requests, source)
+
+    # -- sequence behaviour -------------------------------------------------------------
+    @property
+    def requests(self) -> tuple[Request, ...]:
+        """The requests, in arrival order."""
+        return self._requests
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._requests)
+
+    def __getitem__(self, index: int) -> Request:
+        return self._requests[index]
+
+    def __eq__(self, other: object) -> bool:
+        # Two traces are equal when they hold the same requests; the source is a label.
+        return isinstance(other, RequestTrace) and self._requests == other._requests
+
+    def __hash__(self) -> int:
+        return hash(self._requests)
+
+    def __repr__(self) -> str:
+        return f"RequestTrace({len(self)} requests from {self.source})"
+
+    # -- summaries ------------------------------------------------------------------------
+    @property
+    def duration_ps(self) -> int:
+        """Time from the first to the last arrival (0 for fewer than two requests)."""
+        if len(self._requests) < 2:
+            return 0
+        return self._requests[-1].arrival_ps - self._requests[0].arrival_ps
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        """Sum of the prompt lengths."""
+        return sum(r.prompt_tokens for r in self._requests)
+
+    @property
+    def total_output_tokens(self) -> int:
+        """Sum of the output lengths."""
+        return sum(r.output_tokens for r in self._requests)
+
+    def stats(self) -> dict[str, Any]:
+        """Summary numbers: counts, arrival rate and burstiness, length statistics.
+
+        ``mean_rate_per_s`` is ``(n - 1) / duration`` (arrivals per second between the
+        first and the last request); ``interarrival_cv`` is the coefficient of variation
+        of the gaps (1 for Poisson arrivals, 0 for a fixed interval).
+        """
+        import numpy as np
+
+        n = len(self._requests)
+        out: dict[str, Any] = {"source": self.source, "num_requests": n,
+                               "duration_s": self.duration_ps / PS_PER_S,
+                               "total_prompt_tokens": self.total_prompt_tokens,
+                               "total_output_tokens": self.total_output_tokens}
+        if n == 0:
+            return out
+        gaps = np.diff(np.array([r.arrival_ps for r in self._requests], dtype=np.float64)) / PS_PER_S
+        mean_gap = float(gaps.mean()) if gaps.size else 0.0
+        out["mean_interarrival_s"] = mean_gap
+        out["mean_rate_per_s"] = (1.0 / mean_gap) if mean_gap > 0 else math.inf
+        out["interarrival_cv"] = float(gaps.std() / mean_gap) if mean_gap > 0 else 0.0
+        for name in ("prompt_tokens", "output_tokens"):
+            values = np.array([getattr(r, name) for r in self._requests], dtype=np.float64)
+            out[f"mean_{name}"] = float(values.mean())
+            out[f"p50_{name}"] = float(np.percentile(values, 50))
+            out[f"p90_{name}"] = float(np.percentile(values, 90))
+            out[f"max_{name}"] = int(values.max())
+        out["prompt_output_ratio"] = self.total_prompt_tokens / self.total_output_tokens
+        return out
+
+    # -- transformations ------------------------------------------------------------------
+    def rescale_rate(self, factor: float) -> "RequestTrace":
+        """A copy whose arrival rate is ``factor`` times this one's (arrival times are
+        divided by ``factor``, rounded to the nearest picosecond; lengths unchanged)."""
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+                or not math.isfinite(factor) or factor <= 0:
+            raise TraceError(f"{self.source}: rate scale factor: got {factor!r}; "
+                             "expected a finite number > 0 (2.0 doubles the arrival rate)")
+        if factor == 1:
+            return self
+        # Exact rational arithmetic: float division would lose picoseconds beyond ~2.5 h.
+        scale = Fraction(factor)
+        return RequestTrace((Request(r.request_id, round(Fraction(r.arrival_ps) / scale),
+                                     r.prompt_tokens, r.output_tokens, r.priority)
+                             for r in self._requests), self.source)
+
+    def head(self, n: int) -> "RequestTrace":
+        """The first ``n`` requests."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TraceError(f"{self.source}: head: got {n!r}; expected an integer >= 0")
+        return RequestTrace(self._requests[:n], self.source)
+
+    # -- export ---------------------------------------------------------------------------
+    def to_frame(self):
+        """The trace as a pandas DataFrame (columns id, arrival_ps, arrival_s,
+        prompt_tokens, output_tokens, priority; one row per request)."""
+        import pandas as pd
+
+        rows = self._requests
+        return pd.DataFrame({
+            "id": pd.Series([r.request_id for r in rows], dtype="object"),
+            "arrival_ps": pd.Series([r.arrival_ps for r in rows], dtype="int64"),
+            "arrival_s": pd.Series([r.arrival_ps / PS_PER_S for r in rows], dtype="float64"),
+            "prompt_tokens": pd.Series([r.prompt_tokens for r in rows], dtype="int64"),
+            "output_tokens": pd.Series([r.output_tokens for r in rows], dtype="int64"),
+            "priority": pd.Series([r.priority for r in rows], dtype="int64"),
+        })
+
+    def write_csv(self, path: str | Path) -> Path:
+        """Write npusim's CSV format (header ``id,arrival_ps,prompt_tokens,output_tokens,
+        priority``); :func:`read_trace` reads it back unchanged."""
+        path = Path(path)
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(COLUMNS)
+            for r in self._requests:
+                writer.writerow((r.request_id, r.arrival_ps, r.prompt_tokens,
+                                 r.output_tokens, r.priority))
+        return path
+
+    def write_jsonl(self, path: str | Path) -> Path:
+        """Write one JSON object per line with the keys of :data:`COLUMNS`."""
+        path = Path(path)
+        with path.open("w", encoding="utf-8") as handle:
+            for r in self._requests:
+                handle.write(json.dumps({"id": r.request_id, "arrival_ps": r.arrival_ps,
+                                         "prompt_tokens": r.prompt_tokens,
+                                         "output_tokens": r.output_tokens,
+                                         "priority": r.priority}) + "\n")
+        return path
+
+
+def _check_invariants(requests: tuple[Request, ...], source: str) -> None:
+    seen: dict[str, int] = {}
+    previous = 0
+    for index, r in enumerate(requests):
+        if not isinstance(r, Request):
+            raise TraceError(f"{source}: item {index}: got {type(r).__name__}; expected a Request")
+        where = f"{source}: request {index} ({r.request_id!r})"
+        if not isinstance(r.request_id, str) or not r.request_id:
+            raise TraceError(f"{where}: request_id: expected a non-empty string")
+        for name, low in (("prompt_tokens", 1), ("output_tokens", 1), ("arrival_ps", 0)):
+            value = getattr(r, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise TraceError(f"{where}: {name}: got {value!r}; expected an integer >= {low}")
+        if r.arrival_ps > MAX_ARRIVAL_PS:
+            raise TraceError(f"{where}: arrival_ps: got {r.arrival_ps}; expected <= {MAX_ARRIVAL_PS}")
+        if isinstance(r.priority, bool) or not isinstance(r.priority, int):
+            raise TraceError(f"{where}: priority: got {r.priority!r}; expected an integer")
+        if r.arrival_ps < previous:
+            raise TraceError(f"{where}: arrival_ps: got {r.arrival_ps}, before the previous "
+                             f"request's {previous}; expected requests in arrival order")
+        previous = r.arrival_ps
+        if r.request_id in seen:
+            raise TraceError(f"{where}: request_id: duplicate of request {seen[r.request_id]}; "
+                             "expected unique ids")
+        seen[r.request_id] = index
+
+
+# ---------------------------------------------------------------------------------------
+# Readers
+# ---------------------------------------------------------------------------------------
+
+def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = None,
+               rate_scale: float = 1.0, allow_simultaneous: bool = False) -> RequestTrace:
+    """Read a request trace from CSV, JSONL or the Azure LLM inference format.
+
+    ``format``: ``auto`` (``.jsonl``/``.json`` → jsonl; a CSV header with
+    ``ContextTokens`` → azure; otherwise csv), ``csv``, ``jsonl`` or ``azure``.
+    ``limit`` keeps the first N requests; ``rate_scale`` multiplies the arrival rate
+    (see :meth:`RequestTrace.rescale_rate`).  Arrivals must be strictly increasing
+    unless ``allow_simultaneous`` (then equal arrivals pass; decreasing ones never do).
+
+    Raises :class:`TraceError` naming file, line, column, value and expectation.
+    """
+    path = Path(path)
+    source = str(path)
+    if format not in FORMATS:
+        raise TraceError(f"{source}: unknown trace format {format!r}; expected one of "
+                         f"{', '.join(FORMATS)}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise TraceError(f"{source}: limit: got {limit!r}; expected an integer >= 1 "
+                         "(the number of requests to keep)")
+    if not path.is_file():
+        raise TraceError(f"{source}: trace file not found")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # -sig: spreadsheets add a BOM
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{source}: cannot read trace file ({exc})") from None
+    if not text.strip():
+        raise TraceError(f"{source}:1: file is empty; expected a header line (CSV) or one "
+                         "JSON object per line (JSONL) followed by at least one request")
+    if format == "auto":
+        format = _detect_format(path, text)
+    rows = _jsonl_rows(text, source) if format == "jsonl" else _csv_rows(text, source)
+    trace = _build(rows, source, format, limit, allow_simultaneous)
+    return trace.rescale_rate(rate_scale)  # also validates the factor (returns self for 1)
+
+
+def _detect_format(path: Path, text: str) -> str:
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    first = text.lstrip().split("\n", 1)[0]
+    if first.startswith("{"):
+        return "jsonl"
+    header = {name.strip() for name in next(csv.reader([first]))}
+    return "azure" if "ContextTokens" in header else "csv"
+
+
+class _Row:
+    """One record: its 1-based line number and a mapping column → raw value."""
+
+    __slots__ = ("line", "values")
+
+    def __init__(self, line: int, values: Mapping[str, Any]):
+        self.line = line
+        self.values = values
+
+
+def _csv_rows(text: str, source: str) -> tuple[list[str], Iterator[_Row]]:
+    reader = csv.reader(text.splitlines(keepends=True))
+    try:
+        header = [name.strip() for name in next(reader)]
+    except csv.Error as exc:
+        raise TraceError(f"{source}:1: cannot parse the CSV header ({exc})") from None
+    if len(set(header)) != len(header):
+        dup = sorted({h for h in header if header.count(h) > 1})
+        raise TraceError(f"{source}:1: header: column {dup[0]!r} appears twice; expected "
+                         "each column once")
+
+    def rows() -> Iterator[_Row]:
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise TraceError(f"{source}:{reader.line_num}: malformed CSV ({exc})") from None
+            if not cells or all(not c.strip() for c in cells):
+                continue  # blank line
+            if len(cells) != len(header):
+                raise TraceError(f"{source}:{reader.line_num}: got {len(cells)} fields; "
+                                 f"expected {len(header)} (header: {','.join(header)})")
+            yield _Row(reader.line_num, dict(zip(header, (c.strip() for c in cells))))
+
+    return header, rows()
+
+
+def _jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[_Row]]:
+    def rows() -> Iterator[_Row]:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
+                                 f"{exc.colno}); expected one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
+                                 "expected one JSON object per line")
+            yield _Row(number, obj)
+
+    return None, rows()
+
+
+def _columns(header: list[str] | None, first: _Row, source: str, fmt: str) -> dict[str, str]:
+    """Map the logical fields (time, prompt, output, id, priority) to the file's columns."""
+    keys = header if header is not None else list(first.values)
+    where = f"{source}:{1 if header is not None else first.line}"
+    if fmt == "azure":
+        missing = [col for col in _AZURE_COLUMNS.values() if col not in keys]
+        if missing:
+            raise TraceError(f"{where}: missing column {missing[0]!r}; the Azure format "
+                             f"expects {', '.join(_AZURE_COLUMNS.values())} (got {', '.join(keys)})")
+        return dict(_AZURE_COLUMNS)
+    times = [name for name in _TIME_COLUMNS if name in keys]
+    if not times:
+        raise TraceError(f"{where}: missing arrival-time column; expected one of "
+                         f"{', '.join(_TIME_COLUMNS)} (got {', '.join(map(str, keys))})")
+    if len(times) > 1:
+        raise TraceError(f"{where}: both {times[0]!r} and {times[1]!r} given; expected exactly "
+                         "one arrival-time column")
+    for name in ("prompt_tokens", "output_tokens"):
+        if name not in keys:
+            raise TraceError(f"{where}: missing column {name!r}; expected columns "
+                             f"{' or '.join(_TIME_COLUMNS)}, prompt_tokens, output_tokens "
+                             f"[, id, priority] (got {', '.join(map(str, keys))})")
+    columns = {times[0]: times[0], "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens"}
+    for optional in ("id", "priority"):
+        if optional in keys:
+            columns[optional] = optional
+    return columns
+
+
+def _build(parsed: tuple[list[str] | None, Iterator[_Row]], source: str, fmt: str,
+           limit: int | None, allow_simultaneous: bool) -> RequestTrace:
+    header, rows = parsed
+    requests: list[Request] = []
+    ids: dict[str, int] = {}
+    columns: dict[str, str] | None = None
+    previous_ps: int | None = None
+    previous_line = 0
+    origin_ps: int | None = None   # timestamps are made relative to the first request
+    for row in rows:
+        if columns is None:
+            columns = _columns(header, row, source, fmt)
+        loc = f"{source}:{row.line}"
+        if "arrival_ps" in columns:
+            absolute = _integer(row, "arrival_ps", loc, low=0, what="an integer >= 0 (picoseconds)")
+        elif "arrival_s" in columns:
+            absolute = _seconds(row, "arrival_s", loc)
+        else:
+            absolute = _timestamp(row, columns["timestamp"], loc)
+        if absolute > MAX_ARRIVAL_PS and "timestamp" not in columns:
+            raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
+                             f"{row.values.get(_time_column(columns))!r}; expected at most "
+                             f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s")
+        if previous_ps is not None:
+            if absolute < previous_ps or (absolute == previous_ps and not allow_simultaneous):
+                col = _time_column(columns)
+                relation = "before" if absolute < previous_ps else "equal to"
+                expected = ("timestamps in non-decreasing order (sort the file by arrival time)"
+                            if absolute < previous_ps or allow_simultaneous else
+                            "strictly increasing timestamps (pass allow_simultaneous=True, or "
+                            "allow_simultaneous: true in a scenario, to accept requests that "
+                            "arrive at the same time)")
+                raise TraceError(f"{loc}: column {col!r}: got {row.values.get(col)!r}, {relation} "
+                                 f"the arrival at line {previous_line}; expected {expected}")
+        previous_ps, previous_line = absolute, row.line
+        if origin_ps is None:
+            origin_ps = absolute if "timestamp" in columns else 0
+        arrival = absolute - origin_ps
+        if arrival > MAX_ARRIVAL_PS:
+            raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
+                             f"{row.values.get(_time_column(columns))!r}; expected at most "
+                             f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s after the first request")
+        prompt = _integer(row, columns["prompt_tokens"], loc, low=1, what="an integer >= 1 (tokens)")
+        output = _integer(row, columns["output_tokens"], loc, low=1,
+                          what="an integer >= 1 (tokens; a request generates at least one token)")
+        priority = (_integer(row, "priority", loc, low=None, what="an integer")
+                    if "priority" in columns and _present(row.values.get("priority")) else 0)
+        if "id" in columns and _present(row.values.get("id")):
+            raw_id = row.values["id"]
+            if isinstance(raw_id, (dict, list, bool)) or (isinstance(raw_id, float)):
+                raise TraceError(f"{loc}: column 'id': got {raw_id!r}; expected a string or integer")
+            request_id = str(raw_id)
+        else:
+            request_id = f"req-{len(requests)}"
+        if request_id in ids:
+            raise TraceError(f"{loc}: column 'id': got {request_id!r}, already used at line "
+                             f"{ids[request_id]}; expected unique ids")
+        ids[request_id] = row.line
+        requests.append(Request(request_id, arrival, prompt, output, priority))
+        if limit is not None and len(requests) >= limit:
+            break
+    if not requests:
+        raise TraceError(f"{source}:1: no requests (only a header or blank lines); "
+                         "expected at least one request")
+    return RequestTrace(requests, source)
+
+
+def _time_column(columns: Mapping[str, str]) -> str:
+    for key in _TIME_COLUMNS:
+        if key in columns:
+            return columns[key]
+    raise AssertionError("no time column")  # _columns guarantees one
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, str) and value == "")
+
+
+def _missing(loc: str, column: str, what: str) -> TraceError:
+    return TraceError(f"{loc}: column {column!r}: value is missing; expected {what}")
+
+
+def _integer(row: _Row, column: str, loc: str, low: int | None, what: str) -> int:
+    """An integer cell; integral floats (``12.0``, as pandas writes them) are accepted."""
+    raw = row.values.get(column)
+    if not _present(raw):
+        raise _missing(loc, column, what)
+    value: int | None = None
+    if isinstance(raw, bool):
+        value = None
+    elif isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, float):
+        value = int(raw) if math.isfinite(raw) and raw.is_integer() else None
+    elif isinstance(raw, str):
+        try:
+            number = Decimal(raw)
+        except InvalidOperation:
+            number = None
+        if number is not None and number.is_finite() and number == number.to_integral_value():
+            value = int(number)
+    if value is None or (low is not None and value < low):
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    return value
+
+
+def _seconds(row: _Row, column: str, loc: str) -> int:
+    """A time in seconds as exact picoseconds (decimal text is not rounded through float)."""
+    raw = row.values.get(column)
+    what = "a number of seconds >= 0"
+    if not _present(raw):
+        raise _missing(loc, column, what)
+    try:
+        number = Decimal(str(raw)) if not isinstance(raw, bool) else None
+    except InvalidOperation:
+        number = None
+    if number is None or not number.is_finite() or number < 0:
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    return int((number * PS_PER_S).to_integral_value())
+
+
+_DATETIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,12}))?"
+    r"(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def _timestamp(row: _Row, column: str, loc: str) -> int:
+    """A ``timestamp`` cell: seconds (number) or an ISO-8601 datetime, as absolute ps.
+
+    Datetimes are parsed exactly (the Azure traces carry 100 ns digits that Python's
+    ``datetime`` would truncate); a datetime without a zone is taken as UTC so no local
+    daylight-saving jump can reorder the requests.
+    """
+    raw = row.values.get(column)
+    what = "seconds or an ISO datetime like 2023-11-16 18:15:46.6805900"
+    if not _present(raw):
+        raise _missing(loc, column, what)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return _seconds(row, column, loc)
+    text = str(raw).strip()
+    match = _DATETIME.match(text)
+    if match is None:
+        try:
+            Decimal(text)
+        except InvalidOperation:
+            raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}") from None
+        return _seconds(row, column, loc)
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction, zone = match[7] or "", match[8]
+    try:
+        datetime.datetime(year, month, day, hour, minute, min(second, 59))
+    except ValueError as exc:
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r} ({exc}); expected {what}") from None
+    if hour > 23 or minute > 59 or second > 60:
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)
