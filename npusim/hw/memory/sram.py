@@ -99,6 +99,8 @@ class Sram(MemoryTarget):
         super().__init__(name, config)
         self.capacity_bytes = config.capacity_bytes
         self._bank_free_ps: list[int] = [0] * config.banks
+        self._busy_ps: dict[int, int] = {}  # bank bytes -> busy ps (hot in tlm)
+        self._shares: dict[tuple[int, int], list[int]] = {}
 
     # -- closed form -------------------------------------------------------------
     def _bank_cycles(self, nbytes: int) -> int:
@@ -140,18 +142,33 @@ class Sram(MemoryTarget):
             txn.end_req_ps = txn.begin_resp_ps = now
             txn.end_resp_ps = now + latency
         else:
-            shares = bank_bytes(txn.addr, txn.size_bytes, cfg.banks, cfg.interleave_bytes)
+            # Bank shares depend only on the offset within one interleave round and the
+            # size; transfers are chunked uniformly, so a handful of keys cover a run.
+            round_bytes = cfg.banks * cfg.interleave_bytes
+            key = (txn.addr % round_bytes, txn.size_bytes)
+            shares = self._shares.get(key)
+            if shares is None:
+                shares = self._shares[key] = bank_bytes(key[0], txn.size_bytes, cfg.banks,
+                                                        cfg.interleave_bytes)
             first_start, last_end, service = None, now, 0
             free = self._bank_free_ps
+            busy_of = self._busy_ps
             for bank, nbytes in enumerate(shares):
                 if not nbytes:
                     continue
-                start = max(now, free[bank])
-                busy = cycles_to_ps(self._bank_cycles(nbytes), cfg.freq_hz)
+                busy = busy_of.get(nbytes)
+                if busy is None:
+                    busy = busy_of[nbytes] = cycles_to_ps(self._bank_cycles(nbytes), cfg.freq_hz)
+                start = free[bank]
+                if start < now:
+                    start = now
                 free[bank] = start + busy
-                first_start = start if first_start is None else min(first_start, start)
-                last_end = max(last_end, start + busy)
-                service = max(service, busy)
+                if first_start is None or start < first_start:
+                    first_start = start
+                if start + busy > last_end:
+                    last_end = start + busy
+                if busy > service:
+                    service = busy
             txn.end_req_ps = first_start
             txn.begin_resp_ps = first_start + latency
             txn.end_resp_ps = last_end + latency
