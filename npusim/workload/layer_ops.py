@@ -241,9 +241,12 @@ def _vector(name: str, kind: str, elements: int, flops_per_element: int, dtype: 
                    activation_out_bytes=elements * dtype, role=role)
 
 
-def _norm(name: str, elements: int, width: int, dtype: int) -> LayerOp:
+def _norm(name: str, elements: int, params: int, dtype: int) -> LayerOp:
+    """RMSNorm (or LayerNorm) over ``elements`` values reading ``params`` weights (the
+    ``hidden`` gamma, plus ``hidden`` beta for a LayerNorm).  A LayerNorm's extra mean
+    subtraction is inside the per-element cost's rounding and not counted separately."""
     return _vector(name, "elementwise", elements, RMSNORM_FLOPS_PER_ELEMENT, dtype,
-                   weight_elements=width)
+                   weight_elements=params)
 
 
 def _gated_mlp(prefix: str, tokens: int, hidden: int, width: int, dtype: int,
@@ -305,7 +308,7 @@ def _moe_block(model: ModelConfig, tokens: int, dtype: int) -> list[LayerOp]:
     scores = tokens * experts
     moe = MoEExperts(num_experts=experts, top_k=model.experts_per_token, hidden_size=hidden,
                      moe_intermediate_size=model.expert_intermediate_size, tokens=tokens,
-                     dtype_bytes=dtype, norm_topk_prob=bool(model.norm_topk_prob))
+                     dtype_bytes=dtype, norm_topk_prob=model.topk_weights_normalized)
     ops = [
         _linear("router", tokens, hidden, experts, dtype, role="router"),
         _vector("router_softmax", "softmax", scores, SOFTMAX_FLOPS_PER_ELEMENT, dtype,
@@ -337,12 +340,12 @@ def _moe_block(model: ModelConfig, tokens: int, dtype: int) -> list[LayerOp]:
 def _layer_ops(model: ModelConfig, kind: str, shapes: tuple[tuple[int, int], ...], dtype: int,
                kv_dtype: int) -> tuple[LayerOp, ...]:
     hidden, q_size, kv_size = model.hidden_size, model.q_size, model.kv_size
-    bias = model.attention_bias
+    qkv_bias, norm = model.qkv_bias, model.params_norm
     tokens = sum(new for new, _ in shapes)
-    ops = [_norm("input_norm", tokens * hidden, hidden, dtype),
-           _linear("q_proj", tokens, hidden, q_size, dtype, bias),
-           _linear("k_proj", tokens, hidden, kv_size, dtype, bias),
-           _linear("v_proj", tokens, hidden, kv_size, dtype, bias)]
+    ops = [_norm("input_norm", tokens * hidden, norm, dtype),
+           _linear("q_proj", tokens, hidden, q_size, dtype, qkv_bias),
+           _linear("k_proj", tokens, hidden, kv_size, dtype, qkv_bias),
+           _linear("v_proj", tokens, hidden, kv_size, dtype, qkv_bias)]
     if model.qk_norm:
         ops += [_norm("q_norm", tokens * q_size, model.head_dim, dtype),
                 _norm("k_norm", tokens * kv_size, model.head_dim, dtype)]
@@ -352,10 +355,10 @@ def _layer_ops(model: ModelConfig, kind: str, shapes: tuple[tuple[int, int], ...
                        ROPE_FLOPS_PER_ELEMENT, dtype))
     for seq, (new, ctx) in enumerate(shapes):
         ops += _attention(model, seq, new, ctx, dtype, kv_dtype)
-    ops += [_linear("o_proj", tokens, q_size, hidden, dtype, bias),
+    ops += [_linear("o_proj", tokens, q_size, hidden, dtype, model.o_bias),
             _vector("attn_residual", "elementwise", tokens * hidden, ADD_FLOPS_PER_ELEMENT,
                     dtype, inputs=2),
-            _norm("post_attention_norm", tokens * hidden, hidden, dtype)]
+            _norm("post_attention_norm", tokens * hidden, norm, dtype)]
     if kind == "moe":
         ops += _moe_block(model, tokens, dtype)
     else:
@@ -417,9 +420,10 @@ def lm_head_ops(model: ModelConfig, batch: Iterable[Any], dtype_bytes: int = 2) 
     hidden = model.hidden_size
     tokens = sum(c.new_tokens for c in chunks)
     rows = sum(1 for c in chunks if c.sample)
-    ops = [_norm("final_norm", tokens * hidden, hidden, dtype_bytes)]
+    ops = [_norm("final_norm", tokens * hidden, model.params_norm, dtype_bytes)]
     if rows:
-        ops.append(_linear("lm_head", rows, hidden, model.vocab_size, dtype_bytes))
+        ops.append(_linear("lm_head", rows, hidden, model.vocab_size, dtype_bytes,
+                           model.lm_head_bias))
     return ops
 
 

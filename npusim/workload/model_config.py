@@ -13,16 +13,16 @@ gated MLP (Llama, Mistral, Qwen2/3), and MoE models whose expert layout is descr
 the Qwen-MoE (``num_experts``, ``decoder_sparse_step``, ``mlp_only_layers``,
 ``shared_expert_intermediate_size``), Mixtral/Phi-MoE (``num_local_experts``) or
 DeepSeek-MoE (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
-``moe_layer_freq``) fields.  Parameter counts follow the Hugging Face module layout of
-those families; ``docs/models.md`` lists what is ignored.
+``moe_layer_freq``) fields.  Parameter counts (in :mod:`npusim.workload.model_params`,
+mixed into :class:`ModelConfig`) follow the Hugging Face module layout of those families,
+including Qwen2's q/k/v biases and Phi-MoE's LayerNorm and LM-head biases;
+``docs/models.md`` lists what is ignored.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,6 +30,10 @@ from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr,
                       ValidationError, model_validator)
 
 from npusim.core.errors import ConfigError
+from npusim.workload.model_params import GATED_MLP_MATRICES, LayerParams, ParamCounts
+
+__all__ = ["GATED_MLP_MATRICES", "LayerParams", "ModelConfig", "list_models", "load_model",
+           "models_dir", "parse_model"]
 
 #: Strict positive integer: a size given as ``"2560"`` or ``2560.5`` is a typo, not a size.
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
@@ -40,13 +44,21 @@ NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 #: architecture, Hugging Face configs carry no field for it.
 QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
 
+#: ``model_type`` values whose q/k/v projections always carry a bias (o_proj none):
+#: Qwen2 / Qwen1.5-MoE hard-code ``bias=True`` and their configs have no field for it.
+QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+
+#: ``model_type`` values that use ``nn.LayerNorm`` (weight and bias) instead of RMSNorm
+#: (Phi-MoE; its config still calls the epsilon ``rms_norm_eps``).
+LAYERNORM_MODEL_TYPES = frozenset({"phimoe"})
+
+#: ``model_type`` values that always renormalise the top-k routing weights to sum to 1
+#: although their config has no ``norm_topk_prob`` (Mixtral: softmax over the top-k).
+TOPK_NORMALISED_MODEL_TYPES = frozenset({"mixtral"})
+
 #: Bytes per element of the ``torch_dtype`` strings Hugging Face configs use.
 TORCH_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
                      "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1}
-
-#: A SwiGLU/GeGLU MLP has three weight matrices: gate, up (hidden -> intermediate) and
-#: down (intermediate -> hidden).
-GATED_MLP_MATRICES = 3
 
 #: Shipped configs live in ``<workloads root>/models``.
 MODELS_SUBDIR = "models"
@@ -54,36 +66,7 @@ MODELS_SUBDIR = "models"
 LayerKind = Literal["dense", "moe"]
 
 
-@dataclass(frozen=True, slots=True)
-class LayerParams:
-    """Parameter counts of one decoder layer, by module.
-
-    ``attention`` holds q/k/v/o projections (with biases if ``attention_bias``) and the
-    q/k head norms; ``norms`` the input and post-attention RMSNorm weights; ``mlp`` the
-    dense MLP of a dense layer or the shared experts (and their gate) of a MoE layer;
-    ``router`` the MoE gate; ``experts`` every routed expert and ``experts_active`` the
-    ``top_k`` of them one token uses.
-    """
-
-    attention: int
-    norms: int
-    mlp: int
-    router: int = 0
-    experts: int = 0
-    experts_active: int = 0
-
-    @property
-    def total(self) -> int:
-        """Every parameter stored for this layer."""
-        return self.attention + self.norms + self.mlp + self.router + self.experts
-
-    @property
-    def active(self) -> int:
-        """Parameters one token touches (routed experts counted ``top_k`` times)."""
-        return self.attention + self.norms + self.mlp + self.router + self.experts_active
-
-
-class ModelConfig(BaseModel):
+class ModelConfig(ParamCounts, BaseModel):
     """A decoder-only LLM described by Hugging Face ``config.json`` fields.
 
     Fields whose resolved value depends on other fields are stored under a ``*_config``
@@ -113,6 +96,7 @@ class ModelConfig(BaseModel):
     rope_theta: float | None = None
     hidden_act: str = "silu"
     attention_bias: bool = False
+    lm_head_bias: bool = Field(False, description="LM head has a bias (Phi-MoE).")
     architectures: tuple[str, ...] = ()
     model_type: str = ""
 
@@ -222,6 +206,35 @@ class ModelConfig(BaseModel):
         return self.model_type in QK_NORM_MODEL_TYPES
 
     @property
+    def qkv_bias(self) -> bool:
+        """Whether q/k/v projections have biases (``attention_bias``, or Qwen2-family)."""
+        return self.attention_bias or self.model_type in QKV_BIAS_MODEL_TYPES
+
+    @property
+    def o_bias(self) -> bool:
+        """Whether the output projection has a bias (``attention_bias``)."""
+        return self.attention_bias
+
+    @property
+    def norm_bias(self) -> bool:
+        """Whether the layer norms are LayerNorms with a bias (Phi-MoE) not RMSNorms."""
+        return self.model_type in LAYERNORM_MODEL_TYPES
+
+    @property
+    def topk_weights_normalized(self) -> bool:
+        """Whether a token's top-k routing weights are renormalised to sum to 1.
+
+        ``norm_topk_prob`` when the config sets it (Qwen3-MoE true, Qwen1.5-MoE and
+        DeepSeek-MoE false); otherwise true for Mixtral (softmax over the top-k logits)
+        and false for everything else: plain softmax-then-top-k weights sum to less than
+        1, and Phi-MoE's sparsemixer gives each selected expert its own masked-softmax
+        weight (each at most 1, the sum up to ``top_k``).
+        """
+        if self.norm_topk_prob is not None:
+            return self.norm_topk_prob
+        return self.model_type in TOPK_NORMALISED_MODEL_TYPES
+
+    @property
     def num_experts(self) -> int:
         """Routed experts per MoE layer (0 for a dense model)."""
         return self.num_experts_config or self.num_local_experts or self.n_routed_experts or 0
@@ -286,108 +299,15 @@ class ModelConfig(BaseModel):
         return tuple(self.layer_kind(i) for i in range(self.num_hidden_layers))
 
     @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """Indices of the decoder layers that route to experts (what a routing trace
+        covers, in order)."""
+        return tuple(i for i, kind in enumerate(self.layer_kinds) if kind == "moe")
+
+    @property
     def torch_dtype_bytes(self) -> int | None:
         """Bytes per weight of the checkpoint's ``torch_dtype`` (None if unknown)."""
         return TORCH_DTYPE_BYTES.get(self.torch_dtype or "")
-
-    # ------------------------------------------------------------ parameter counts
-    @property
-    def params_attention(self) -> int:
-        """Attention parameters of one layer: q/k/v/o (+ biases) and q/k head norms."""
-        hidden, q, kv = self.hidden_size, self.q_size, self.kv_size
-        weights = hidden * q + 2 * hidden * kv + q * hidden
-        biases = q + 2 * kv + hidden if self.attention_bias else 0
-        head_norms = 2 * self.head_dim if self.qk_norm else 0
-        return weights + biases + head_norms
-
-    @property
-    def params_layer_norms(self) -> int:
-        """Input and post-attention RMSNorm weights of one layer."""
-        return 2 * self.hidden_size
-
-    @property
-    def params_dense_mlp(self) -> int:
-        """Gated MLP of a dense layer."""
-        return GATED_MLP_MATRICES * self.hidden_size * self.intermediate_size
-
-    @property
-    def params_per_expert(self) -> int:
-        """One routed expert (a gated MLP of ``expert_intermediate_size``)."""
-        return GATED_MLP_MATRICES * self.hidden_size * self.expert_intermediate_size
-
-    @property
-    def params_shared_experts(self) -> int:
-        """Shared experts (and the Qwen-MoE shared-expert gate) of one MoE layer."""
-        mlp = GATED_MLP_MATRICES * self.hidden_size * self.shared_intermediate_size
-        return mlp + (self.hidden_size if self.shared_expert_gate else 0)
-
-    @property
-    def params_router(self) -> int:
-        """Router (gate) of one MoE layer: ``hidden x num_experts``, no bias."""
-        return self.hidden_size * self.num_experts
-
-    def layer_params(self, layer: int) -> LayerParams:
-        """Parameter counts of decoder layer ``layer`` by module."""
-        attention, norms = self.params_attention, self.params_layer_norms
-        if self.layer_kind(layer) == "dense":
-            return LayerParams(attention, norms, self.params_dense_mlp)
-        return LayerParams(attention, norms, self.params_shared_experts,
-                           router=self.params_router,
-                           experts=self.num_experts * self.params_per_expert,
-                           experts_active=self.experts_per_token * self.params_per_expert)
-
-    @property
-    def params_embedding(self) -> int:
-        """Token embedding matrix (``vocab x hidden``)."""
-        return self.vocab_size * self.hidden_size
-
-    @property
-    def params_lm_head(self) -> int:
-        """LM head stored separately (0 when tied to the embedding)."""
-        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
-
-    @property
-    def params_final_norm(self) -> int:
-        """Final RMSNorm before the LM head."""
-        return self.hidden_size
-
-    @property
-    def params_layers(self) -> int:
-        """Parameters of all decoder layers."""
-        return sum(self.layer_params(i).total for i in range(self.num_hidden_layers))
-
-    @property
-    def params_experts(self) -> int:
-        """Routed-expert parameters of all layers (paper 001's "E Para." minus shared)."""
-        return sum(self.layer_params(i).experts for i in range(self.num_hidden_layers))
-
-    @property
-    def params_total(self) -> int:
-        """Every stored parameter (a tied LM head counted once)."""
-        return (self.params_embedding + self.params_layers + self.params_final_norm
-                + self.params_lm_head)
-
-    @property
-    def params_non_embedding(self) -> int:
-        """Parameters outside the embedding and LM-head matrices (model-card convention)."""
-        return self.params_layers + self.params_final_norm
-
-    @property
-    def params_active(self) -> int:
-        """Parameters one token touches, embedding and LM head included (the
-        "activated parameters" convention of MoE model cards)."""
-        layers = sum(self.layer_params(i).active for i in range(self.num_hidden_layers))
-        return self.params_embedding + layers + self.params_final_norm + self.params_lm_head
-
-    def weight_bytes(self, dtype_bytes: float) -> int:
-        """Bytes of all weights at ``dtype_bytes`` per parameter (0.5 for INT4)."""
-        _check_positive("dtype_bytes", dtype_bytes)
-        return math.ceil(self.params_total * dtype_bytes)
-
-    def kv_bytes_per_token(self, dtype_bytes: float) -> int:
-        """KV-cache bytes one token adds: ``2 * layers * kv_heads * head_dim * dtype``."""
-        _check_positive("dtype_bytes", dtype_bytes)
-        return math.ceil(2 * self.num_hidden_layers * self.kv_size * dtype_bytes)
 
 
 class _Problems(ValueError):
@@ -396,11 +316,6 @@ class _Problems(ValueError):
     def __init__(self, problems: list[tuple[str, str]]):
         self.problems = problems
         super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
 
 
 def _describe(value: Any) -> str:
