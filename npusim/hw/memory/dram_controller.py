@@ -346,7 +346,6 @@ class ChannelController:
                     if bank.open_row == row:
                         ready = bank.col_ok
                         activated = 0
-                        sig.append(None)
                     else:
                         state = ranks[seg.rank + d_rank]
                         if bank.open_row >= 0:
@@ -373,7 +372,8 @@ class ChannelController:
                         bg_last_act[group] = act
                         counts[0] += 1
                         activated = 1
-                        sig.append((act, pre))
+                        sig.append(act)
+                        sig.append(pre)
                         if log is not None:
                             log.append(DramCommand(act, "ACT", self.index, seg.rank + d_rank,
                                                    seg.bank_group + d_bg, seg.bank + d_bank, row))
@@ -400,11 +400,8 @@ class ChannelController:
                 bus_rank = run.segments[-1].rank + d_rank
                 b += 1
                 if period:
-                    offsets = tuple(None if x is None else (x[0] - start, x[1] - start if x[1] >= 0 else None)
-                                    for x in sig)
-                    history.append((start - floor, offsets, start, tuple(counts),
-                                    tuple(x[2] for x in booked), tuple(x[1] for x in booked),
-                                    tuple(rank + d_rank for rank in plan.ranks)))
+                    history.append((start - floor, [v - start for v in sig], start, tuple(counts),
+                                    booked, plan.ranks, d_rank))
                 floor = start + span
                 if period and b % period == 0 and b >= 2 * period and count - b >= 2 * period:
                     skipped = self._skip(history, period, (count - b) // period - 1)
@@ -438,7 +435,8 @@ class ChannelController:
         """Extrapolate ``periods`` bank-reuse periods of a periodic run in closed form.
 
         ``history`` holds one entry per batch planned so far: (wait for the bus, ACT/PRE
-        offsets from the batch start, start, running counts, flat banks, groups, ranks).
+        offsets from the batch start, start, running counts, booked (bank, group, flat,
+        hits), ranks of the run's plan, rank delta).
         If the last period repeats the one before it exactly (same waits, same command
         offsets), every later period does too: a batch depends only on the batch before
         it (bus, tRRD, tCCD_L), on the batch one period back (the same banks: tRP after
@@ -455,15 +453,14 @@ class ChannelController:
         shift = periods * (last[-1][2] - before[-1][2])
         add = [periods * (x - y) for x, y in zip(last[-1][3], before[-1][3])]
         for entry in last:
-            for flat in entry[4]:
-                bank = self.banks[flat]
+            for bank, _, _, _ in entry[4]:
                 bank.act_ok += shift
                 bank.pre_ok += shift
                 bank.col_ok += shift
-        for group in {g for entry in last for g in entry[5]}:
+        for group in {x[1] for entry in last for x in entry[4]}:
             self.bg_last_act[group] += shift
             self.bg_col_ok[group] += shift
-        for rank in {r for entry in last for r in entry[6]}:
+        for rank in {r + entry[6] for entry in last for r in entry[5]}:
             state = self.ranks[rank]
             state.last_act += shift
             moved = [x + shift for x in state.faw]
