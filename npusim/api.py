@@ -6,7 +6,6 @@ between calls and writes nothing; the same config and seed give the same Result.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -14,15 +13,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 from npusim import __version__
 from npusim.core import registry
-from npusim.executor.analytic import run_analytic
-from npusim.executor.base import SegmentRun, prepare
 from npusim.executor.memo import SegmentMemo
-from npusim.executor.tlm import run_tlm
-from npusim.metrics.result import OP_COLUMNS, Result
-from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
-from npusim.workload.program import LazySegment
-
-_EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
+from npusim.executor.session import Session
+from npusim.metrics.result import Result
+from npusim.workload.program import Program
 
 
 def _as_scenario(config: Any, overrides: Iterable[str]):
@@ -60,112 +54,43 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     lower = registry.lookup("workload", scenario.workload.kind).impl
     program = lower(device, config=scenario.workload, seed=run_cfg.seed)
 
-    executor = _EXECUTORS[run_cfg.mode]
-    memo = SegmentMemo(enabled=run_cfg.memoize, canonical=device.canonical_cores)
-    prepared: dict[int, Any] = {}
-
-    def execute(graph) -> SegmentRun:
-        return executor(graph, device, run_cfg.seed)
-
-    columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
-    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    busy_by_op: dict[str, int] = defaultdict(int)
-    segment_rows: list[tuple] = []
-    clock = events = transactions = 0
+    session = Session(device, run_cfg.mode, run_cfg.seed, run_cfg.memoize, run_cfg.trace,
+                      run_cfg.trace_max_tasks)
+    if not isinstance(program, Program):
+        # A driver (the serving engine) decides itself when each segment runs.
+        outcome = program.drive(session, progress)
+        wall = time.perf_counter() - started
+        return _result(scenario, session, outcome.latency_ps, outcome.info, outcome.segments,
+                       outcome.metrics, wall, outcome.tables)
+    clock = 0
     ends: list[int] = []
-    def prepared_graph(graph: TaskGraph) -> TaskGraph:
-        if id(graph) not in prepared:
-            prepared[id(graph)] = (graph, prepare(graph, device))
-        return prepared[id(graph)][1]
-
     for index, (segment, label) in enumerate(zip(program.segments, program.labels)):
-        if isinstance(segment, LazySegment):
-            run, reused = memo.lazy_run(
-                segment.key, segment.cores,
-                lambda: memo.run(prepared_graph(segment.build()), execute)[0])
-        else:
-            run, reused = memo.run(prepared_graph(segment), execute)
-        tasks = len(run.starts)
-        if run_cfg.trace and len(columns["task"]) + tasks <= run_cfg.trace_max_tasks:
-            if run.graph is None:  # a lazy hit: build the graph only for its task names
-                run = SegmentRun(prepared_graph(segment.build()), run.starts, run.ends,
-                                 run.unit_stats, run.events, run.transactions, run.extra)
-            _append_rows(columns, run, index, label, clock)
-        for op, busy in _run_busy_by_op(run).items():
-            busy_by_op[op] += busy
-        segment_rows.append((index, label, clock, clock + run.makespan_ps, reused))
-        for unit, stats in run.unit_stats.items():
-            for name, value in stats.items():
-                totals[unit][name] += value
-        clock += run.makespan_ps
+        clock += session.run(segment, label, clock).makespan_ps
         ends.append(clock)
-        if not reused:  # a memo hit replays timing without processing any event
-            events += run.events
-            transactions += run.transactions
         if progress is not None:
             progress(index + 1, len(program.segments))
 
     wall = time.perf_counter() - started
-    unit_stats = {unit: dict(stats) for unit, stats in sorted(totals.items())}
-    metrics = _metrics(clock, unit_stats, program.info, memo, events, transactions,
-                       len(program.segments), run_cfg.mode, scenario.name)
-    metrics["busy_by_op_ps"] = dict(sorted(busy_by_op.items()))
-    traced = len(set(columns["segment"]))
-    metrics["trace_segments"] = traced
-    if program.finish is not None:
-        metrics.update(program.finish(ends))
-    return Result(metrics=metrics, op_columns=columns, unit_stats=unit_stats,
-                  segment_rows=segment_rows,
+    return _result(scenario, session, clock, program.info, len(program.segments),
+                   program.finish(ends) if program.finish is not None else {}, wall)
+
+
+def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], segments: int,
+            extra: dict[str, Any], wall: float, tables: dict[str, list[dict]] | None = None
+            ) -> Result:
+    """Assemble a Result from a finished session (shared by every workload driver)."""
+    unit_stats = session.unit_stats()
+    metrics = _metrics(latency_ps, unit_stats, info, session.memo, session.events,
+                       session.transactions, segments, session.mode, scenario.name)
+    metrics["busy_by_op_ps"] = dict(sorted(session.busy_by_op.items()))
+    metrics["trace_segments"] = len(set(session.columns["segment"]))
+    metrics.update(extra)
+    events = session.events
+    return Result(metrics=metrics, op_columns=session.columns, unit_stats=unit_stats,
+                  segment_rows=session.segment_rows, tables=tables or {},
                   config=scenario.model_dump(mode="json"),
                   host={"wall_time_s": wall, "npusim_version": __version__,
                         "events_per_s": events / wall if wall > 0 else 0.0})
-
-
-def _task_fields(task) -> tuple[str, str, str, int, int]:
-    """``(type, unit, op name, flops, bytes)`` of a task for the per-op table."""
-    if isinstance(task, ComputeTask):
-        return ("compute", task.unit, task.op.name or task.op.kind, task.op.flops,
-                task.op.input_bytes + task.op.output_bytes)
-    if isinstance(task, TransferTask):
-        return "transfer", task.src, "transfer", 0, task.size_bytes
-    if isinstance(task, HostTask):
-        return "host", task.resource, "host", 0, 0
-    return "other", "", "other", 0, 0
-
-
-def _append_rows(columns: dict[str, list], run: SegmentRun, index: int, label: str,
-                 offset: int) -> None:
-    for task in run.graph.tasks:
-        kind, unit, op, flops, size = _task_fields(task)
-        if kind == "host" and task.resource == "none":
-            continue  # collective joins: zero-time bookkeeping
-        start, end = run.starts[task.id] + offset, run.ends[task.id] + offset
-        for name, value in (("segment", index), ("label", label), ("task", task.id),
-                            ("name", task.name), ("op", op), ("type", kind), ("unit", unit),
-                            ("start_ps", start), ("end_ps", end), ("duration_ps", end - start),
-                            ("flops", flops), ("bytes", size)):
-            columns[name].append(value)
-
-
-_LAYER_PREFIX = re.compile(r"^L\d+\.")
-
-
-def _run_busy_by_op(run: SegmentRun) -> dict[str, int]:
-    """Busy time of one segment summed over units per operator (``q_proj``,
-    ``attn_qk``, ``transfer``…), layer prefixes dropped; cached on the run, so a memo
-    hit costs nothing.  Overlapping tasks on different units both count."""
-    cached = run.extra.get("busy_by_op")
-    if cached is None and run.graph is None:
-        return {}
-    if cached is None:
-        cached = defaultdict(int)
-        for task in run.graph.tasks:
-            kind, _, op, _, _ = _task_fields(task)
-            if kind == "host" and task.resource == "none":
-                continue
-            cached[_LAYER_PREFIX.sub("", op)] += run.ends[task.id] - run.starts[task.id]
-        run.extra["busy_by_op"] = cached = dict(cached)
-    return cached
 
 
 def _level(unit: str) -> str:

@@ -33,6 +33,20 @@ class Result:
     config: dict[str, Any]
     host: dict[str, Any] = field(default_factory=dict)
     segment_rows: list[tuple] = field(default_factory=list)
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def table(self, name: str) -> "pd.DataFrame":
+        """An extra table of the run (``requests`` for serving runs) as a DataFrame."""
+        import pandas as pd
+
+        if name not in self.tables:
+            raise KeyError(f"no table {name!r}; this result has: {', '.join(self.tables) or 'none'}")
+        return pd.DataFrame(self.tables[name])
+
+    @property
+    def requests(self) -> "pd.DataFrame":
+        """One row per request (serving runs): arrival, first token, finish, tokens…"""
+        return self.table("requests")
 
     @property
     def segments(self) -> "pd.DataFrame":
@@ -80,6 +94,8 @@ class Result:
         (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
         self.ops.to_csv(out / "ops.csv", index=False)
         self.segments.to_csv(out / "segments.csv", index=False)
+        for name in self.tables:
+            self.table(name).to_csv(out / f"{name}.csv", index=False)
         self.units.to_csv(out / "units.csv")
         write_trace(self.trace(), out / "trace.json")
         (out / "config.resolved.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))

@@ -44,3 +44,15 @@ class Program:
     def append(self, graph: TaskGraph | LazySegment, label: str = "") -> None:
         self.segments.append(graph)
         self.labels.append(label or graph.name)
+
+
+@dataclass
+class DriveOutcome:
+    """What a workload driver (one that schedules segments itself) hands back."""
+
+    latency_ps: int
+    segments: int
+    info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    #: Extra tables written as ``<name>.csv`` next to metrics.json (rows as dicts).
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

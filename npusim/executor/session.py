@@ -1,0 +1,130 @@
+"""A session runs segments on one device and accumulates what a Result reports.
+
+``simulate()`` runs a program's segments back to back; the serving engine runs the
+segments of overlapping iterations at times it chooses.  Both go through a
+:class:`Session`, which owns the device, the memo and the collectors (per-unit counters,
+per-operator busy time, the per-task timeline up to a cap, one row per segment), so the
+bookkeeping lives in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from npusim.executor.analytic import run_analytic
+from npusim.executor.base import SegmentRun, prepare
+from npusim.executor.memo import SegmentMemo
+from npusim.executor.tlm import run_tlm
+from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
+from npusim.metrics.result import OP_COLUMNS
+from npusim.workload.program import LazySegment
+
+EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
+_LAYER_PREFIX = re.compile(r"^L\d+\.")
+
+
+class Session:
+    """Runs segments (task graphs or lazy segments) and collects their statistics."""
+
+    def __init__(self, device: Any, mode: str = "tlm", seed: int = 0, memoize: bool = True,
+                 trace: bool = True, trace_max_tasks: int = 200_000):
+        self.device, self.mode, self.seed = device, mode, seed
+        self.trace, self.trace_max_tasks = trace, trace_max_tasks
+        self._executor = EXECUTORS[mode]
+        self.memo = SegmentMemo(enabled=memoize, canonical=device.canonical_cores)
+        self._prepared: dict[int, tuple[TaskGraph, TaskGraph]] = {}
+        self.columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
+        self.totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.busy_by_op: dict[str, int] = defaultdict(int)
+        self.segment_rows: list[tuple] = []
+        self.events = self.transactions = 0
+
+    # -- running -----------------------------------------------------------------------
+    def prepared(self, graph: TaskGraph) -> TaskGraph:
+        """``graph`` with collectives expanded and units checked (cached per graph)."""
+        if id(graph) not in self._prepared:
+            self._prepared[id(graph)] = (graph, prepare(graph, self.device))
+        return self._prepared[id(graph)][1]
+
+    def _execute(self, graph: TaskGraph) -> SegmentRun:
+        return self._executor(graph, self.device, self.seed)
+
+    def time(self, segment: TaskGraph | LazySegment) -> tuple[SegmentRun, bool]:
+        """Timing of ``segment`` on an idle device, without recording it."""
+        if isinstance(segment, LazySegment):
+            return self.memo.lazy_run(
+                segment.key, segment.cores,
+                lambda: self.memo.run(self.prepared(segment.build()), self._execute)[0])
+        return self.memo.run(self.prepared(segment), self._execute)
+
+    def run(self, segment: TaskGraph | LazySegment, label: str, start_ps: int) -> SegmentRun:
+        """Time ``segment`` and record it as running from ``start_ps``."""
+        run, reused = self.time(segment)
+        index = len(self.segment_rows)
+        if self.trace and len(self.columns["task"]) + len(run.starts) <= self.trace_max_tasks:
+            if run.graph is None:  # a lazy hit: build the graph only for its task names
+                assert isinstance(segment, LazySegment)
+                run = SegmentRun(self.prepared(segment.build()), run.starts, run.ends,
+                                 run.unit_stats, run.events, run.transactions, run.extra)
+            append_rows(self.columns, run, index, label, start_ps)
+        for op, busy in busy_by_op(run).items():
+            self.busy_by_op[op] += busy
+        self.segment_rows.append((index, label, start_ps, start_ps + run.makespan_ps, reused))
+        for unit, stats in run.unit_stats.items():
+            target = self.totals[unit]
+            for name, value in stats.items():
+                target[name] += value
+        if not reused:  # a memo hit replays timing without processing any event
+            self.events += run.events
+            self.transactions += run.transactions
+        return run
+
+    def unit_stats(self) -> dict[str, dict[str, int]]:
+        return {unit: dict(stats) for unit, stats in sorted(self.totals.items())}
+
+
+def task_fields(task) -> tuple[str, str, str, int, int]:
+    """``(type, unit, op name, flops, bytes)`` of a task for the per-op table."""
+    if isinstance(task, ComputeTask):
+        return ("compute", task.unit, task.op.name or task.op.kind, task.op.flops,
+                task.op.input_bytes + task.op.output_bytes)
+    if isinstance(task, TransferTask):
+        return "transfer", task.src, "transfer", 0, task.size_bytes
+    if isinstance(task, HostTask):
+        return "host", task.resource, "host", 0, 0
+    return "other", "", "other", 0, 0
+
+
+def append_rows(columns: dict[str, list], run: SegmentRun, index: int, label: str,
+                offset: int) -> None:
+    """One row per task of ``run`` (joins of collectives omitted), times shifted by ``offset``."""
+    for task in run.graph.tasks:
+        kind, unit, op, flops, size = task_fields(task)
+        if kind == "host" and task.resource == "none":
+            continue  # collective joins: zero-time bookkeeping
+        start, end = run.starts[task.id] + offset, run.ends[task.id] + offset
+        for name, value in (("segment", index), ("label", label), ("task", task.id),
+                            ("name", task.name), ("op", op), ("type", kind), ("unit", unit),
+                            ("start_ps", start), ("end_ps", end), ("duration_ps", end - start),
+                            ("flops", flops), ("bytes", size)):
+            columns[name].append(value)
+
+
+def busy_by_op(run: SegmentRun) -> dict[str, int]:
+    """Busy time of one segment summed over units per operator (``q_proj``, ``attn_qk``,
+    ``transfer``…), layer prefixes dropped; cached on the run, so a memo hit costs
+    nothing.  Overlapping tasks on different units both count."""
+    cached = run.extra.get("busy_by_op")
+    if cached is None and run.graph is None:
+        return {}
+    if cached is None:
+        cached = defaultdict(int)
+        for task in run.graph.tasks:
+            kind, _, op, _, _ = task_fields(task)
+            if kind == "host" and task.resource == "none":
+                continue
+            cached[_LAYER_PREFIX.sub("", op)] += run.ends[task.id] - run.starts[task.id]
+        run.extra["busy_by_op"] = cached = dict(cached)
+    return cached
