@@ -143,6 +143,9 @@ def validate(
     _guard(action)
 
 
+from npusim.cli_sweep import register as _register_sweep; _register_sweep(app)  # noqa: E402,E702
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     app(args=argv if argv is not None else sys.argv[1:], prog_name="npusim")

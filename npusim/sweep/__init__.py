@@ -1,1 +1,25 @@
-"""sweep package."""
+"""Design-space sweeps: specs, executors (processes, Dask) and a resumable results store.
+
+>>> from npusim.sweep import load_spec, run_sweep, load_results     # doctest: +SKIP
+>>> summary = run_sweep(load_spec("workloads/sweeps/quickstart_grid.yaml"), "out/grid")
+>>> frame = load_results("out/grid")       # one row per point, parameters + metrics.*
+
+Heavy modules load on first use, so importing :mod:`npusim.sweep` stays cheap.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SweepSpec", "Point", "load_spec", "spec_from_dict", "run_sweep", "SweepSummary",
+           "load_results", "ResultStore", "config_hash"]
+
+_HOMES = {"SweepSpec": "spec", "Point": "spec", "load_spec": "spec", "spec_from_dict": "spec",
+          "config_hash": "spec", "run_sweep": "runner", "SweepSummary": "runner",
+          "load_results": "store", "ResultStore": "store"}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"npusim.sweep.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'npusim.sweep' has no attribute {name!r}")

@@ -1,0 +1,33 @@
+"""Analysis helpers: sweep results as DataFrames and matplotlib plots (Agg canvas).
+
+>>> from npusim import analysis                                     # doctest: +SKIP
+>>> frame = analysis.load_sweep("out/sweeps/quickstart_grid", status="ok")
+>>> fig = analysis.plot_heatmap(frame, "workload.m", "workload.tile_n", "metrics.latency_ps")
+>>> analysis.save_figure(fig, "grid.png")
+
+pandas and matplotlib load on first use, so ``import npusim.analysis`` is cheap.
+"""
+
+from __future__ import annotations
+
+__all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_samples",
+           "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
+           "plot_utilisation_timeline", "save_figure", "AnalysisError"]
+
+_HOMES = {"load_sweep": "frames", "pareto_front": "frames", "utilisation_timeline": "frames",
+          "latency_samples": "frames", "AnalysisError": "frames",
+          "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
+          "plot_latency_cdf": "plots", "plot_utilisation_timeline": "plots",
+          "save_figure": "plots"}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"npusim.analysis.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'npusim.analysis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

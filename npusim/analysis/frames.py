@@ -1,0 +1,153 @@
+"""Tables for analysis: sweep results, Pareto fronts, per-unit busy time over time."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from npusim.core.errors import NpusimError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class AnalysisError(NpusimError):
+    """An analysis input is missing or names an unknown column."""
+
+
+def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame":
+    """The results of the sweep in ``out_dir`` as a DataFrame, one row per point.
+
+    Columns: ``point``, ``status``, the swept and derived parameters by config path,
+    ``metrics.*``, ``error``, ``wall_time_s``, ``config_hash``, ``key``,
+    ``npusim_version``, ``sweep``.  ``status="ok"`` keeps only points that ran.
+    """
+    from npusim.sweep.store import ResultStore
+
+    root = Path(out_dir)
+    store = ResultStore(root)
+    if not (root / "manifest.json").is_file() and not (root / "results.parquet").is_file() \
+            and not store.parts.is_dir():
+        raise AnalysisError(f"{root}: not a sweep output directory (no manifest.json, "
+                            "results.parquet or parts/); run `npusim sweep SPEC --out DIR` first")
+    frame = store.read()
+    if status is not None:
+        frame = frame[frame["status"] == status].reset_index(drop=True)
+    return frame
+
+
+def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: str = "table") -> None:
+    """Raise :class:`AnalysisError` naming any missing column and the closest known one."""
+    for column in columns:
+        if column is not None and column not in frame.columns:
+            known = [str(c) for c in frame.columns]
+            close = difflib.get_close_matches(str(column), known, n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise AnalysisError(f"no column {column!r} in the {what}{hint}")
+
+
+def pareto_front(frame: "pd.DataFrame", x: str, y: str,
+                 minimize: Sequence[bool] = (True, True)) -> "pd.DataFrame":
+    """Rows not dominated in (``x``, ``y``), sorted by ``x``.
+
+    ``minimize`` says per column whether smaller is better (latency) or larger is
+    (throughput).  A row is dominated when another is at least as good in both and
+    strictly better in one.
+    """
+    require_columns(frame, (x, y))
+    data = frame.dropna(subset=[x, y])
+    sx = 1 if minimize[0] else -1
+    sy = 1 if minimize[1] else -1
+    ordered = data.assign(_x=sx * data[x].astype(float), _y=sy * data[y].astype(float))
+    ordered = ordered.sort_values(["_x", "_y"], kind="stable")
+    keep, best_y = [], float("inf")
+    for index, value in zip(ordered.index, ordered["_y"]):
+        if value < best_y:  # sorted by x: a row survives only if it improves y
+            keep.append(index)
+            best_y = value
+    return data.loc[keep].sort_values(x, kind="stable")
+
+
+def as_ops(source: Any) -> "pd.DataFrame":
+    """The per-task table of a Result, an ops DataFrame, or a run directory (ops.csv)."""
+    import pandas as pd
+
+    if hasattr(source, "ops") and hasattr(source, "metrics"):
+        return source.ops
+    if isinstance(source, pd.DataFrame):
+        return source
+    path = Path(source)
+    csv = path / "ops.csv" if path.is_dir() else path
+    if not csv.is_file():
+        raise AnalysisError(f"{path}: expected a run directory with ops.csv (npusim run --out DIR)")
+    return pd.read_csv(csv)
+
+
+def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | None = None,
+                         ) -> tuple["pd.DataFrame", list[int]]:
+    """Busy fraction of each unit in ``bins`` equal time bins.
+
+    Returns ``(frame, edges_ps)``: one row per unit, one column per bin, values in
+    [0, 1] (overlapping tasks on one unit count once: a unit cannot be more than busy).
+    """
+    import numpy as np
+    import pandas as pd
+
+    ops = as_ops(source)
+    require_columns(ops, ("unit", "start_ps", "end_ps"), "ops table")
+    ops = ops[(ops["end_ps"] > ops["start_ps"]) & (ops["unit"].astype(str) != "")]
+    if units is not None:
+        ops = ops[ops["unit"].isin(list(units))]
+    if ops.empty:
+        raise AnalysisError("no timed tasks to plot (was the run traced? run.trace=true)")
+    start, end = int(ops["start_ps"].min()), int(ops["end_ps"].max())
+    edges = np.linspace(start, end, bins + 1)
+    rows = {}
+    for unit, group in ops.groupby("unit", sort=True):
+        busy = np.zeros(bins)
+        for lo, hi in _merged(group["start_ps"].to_numpy(), group["end_ps"].to_numpy()):
+            overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
+            busy += overlap
+        rows[unit] = busy / np.diff(edges)
+    frame = pd.DataFrame.from_dict(rows, orient="index").clip(0, 1)
+    return frame, [int(e) for e in edges]
+
+
+def _merged(starts, ends) -> list[tuple[int, int]]:
+    """Union of intervals, sorted and non-overlapping."""
+    order = sorted(zip(starts, ends))
+    merged: list[list[int]] = []
+    for lo, hi in order:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series", str]:
+    """Latency samples for a CDF and the column they came from.
+
+    A Result (or run) with a per-request table uses its latency column; otherwise
+    ``column`` of a DataFrame (JSON lists in it are expanded, one sample per element);
+    otherwise the ``duration_ps`` of every task in the ops table.
+    """
+    import pandas as pd
+
+    requests = getattr(source, "requests", None)
+    if isinstance(requests, pd.DataFrame) and not requests.empty:
+        name = column or next((c for c in ("e2e_latency_ps", "latency_ps") if c in requests), None)
+        if name is not None:
+            require_columns(requests, (name,), "per-request table")
+            return requests[name].dropna(), name
+    if isinstance(source, pd.DataFrame) and column is not None:
+        require_columns(source, (column,))
+        values = source[column].dropna()
+        if len(values) and isinstance(values.iloc[0], str) and values.iloc[0].startswith("["):
+            values = pd.Series([v for text in values for v in json.loads(text)], dtype=float)
+        return values, column
+    ops = as_ops(source)
+    require_columns(ops, ("duration_ps",), "ops table")
+    return ops["duration_ps"], "duration_ps"

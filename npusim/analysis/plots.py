@@ -1,0 +1,213 @@
+"""Plots of sweeps and runs with matplotlib's Agg canvas (no pyplot, no display needed).
+
+Every function draws into ``ax`` when given, else into a new Figure, and returns the
+Figure; :func:`save_figure` writes it as PNG, SVG or PDF by the file's suffix.  Time
+columns (``*_ps``) are shown in a readable unit (ns, us, ms or s).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from npusim.analysis.frames import (AnalysisError, latency_samples, pareto_front,
+                                    require_columns, utilisation_timeline)
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+_TIME_UNITS = ((1e12, "s"), (1e9, "ms"), (1e6, "us"), (1e3, "ns"), (1, "ps"))
+
+
+def _axes(ax: "Axes | None", figsize: tuple[float, float] = (6.0, 4.0)) -> "Axes":
+    if ax is not None:
+        return ax
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure.add_subplot()
+
+
+def _scale(column: str, values) -> tuple[float, str]:
+    """Divisor and axis label for ``column`` (picoseconds shown in a readable unit)."""
+    if not str(column).endswith("_ps"):
+        return 1.0, str(column)
+    top = max((abs(float(v)) for v in values), default=0.0)
+    for factor, unit in _TIME_UNITS:
+        if top >= factor:
+            return factor, f"{str(column)[:-3]} ({unit})"
+    return 1.0, f"{str(column)[:-3]} (ps)"
+
+
+def _ok(frame: "pd.DataFrame") -> "pd.DataFrame":
+    return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
+
+
+def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
+                ax: "Axes | None" = None, logx: bool = False, logy: bool = False,
+                title: str | None = None) -> "Figure":
+    """``y`` against parameter ``x``, one line per value of ``hue``.
+
+    Points that did not run are left out; other parameters are averaged (the title
+    says so when any vary).
+    """
+    require_columns(frame, (x, y, hue))
+    data = _ok(frame).dropna(subset=[y])
+    if data.empty:
+        raise AnalysisError(f"no finished points with a value for {y!r}")
+    ax = _axes(ax)
+    factor, ylabel = _scale(y, data[y])
+    groups = data.groupby(hue, sort=True) if hue else [(None, data)]
+    for value, group in groups:
+        line = group.groupby(x, sort=True)[y].mean()
+        ax.plot(list(line.index), line.to_numpy(dtype=float) / factor, marker="o",
+                label=None if hue is None else f"{hue}={value}")
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel)
+    if hue:
+        ax.legend(fontsize="small")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title or f"{y} vs {x}", fontsize="medium")
+    return ax.figure
+
+
+def plot_heatmap(frame: "pd.DataFrame", x: str, y: str, value: str,
+                 ax: "Axes | None" = None, annotate: bool = True, cmap: str = "viridis",
+                 title: str | None = None) -> "Figure":
+    """Mean of ``value`` over the grid of parameters ``x`` (columns) and ``y`` (rows)."""
+    require_columns(frame, (x, y, value))
+    data = _ok(frame).dropna(subset=[value])
+    if data.empty:
+        raise AnalysisError(f"no finished points with a value for {value!r}")
+    table = data.pivot_table(index=y, columns=x, values=value, aggfunc="mean").sort_index()
+    table = table[sorted(table.columns)]
+    factor, label = _scale(value, data[value])
+    grid = table.to_numpy(dtype=float) / factor
+    ax = _axes(ax)
+    image = ax.imshow(grid, origin="lower", aspect="auto", cmap=cmap)
+    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
+    ax.set_yticks(range(len(table.index)), [str(i) for i in table.index])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.figure.colorbar(image, ax=ax, label=label)
+    if annotate:
+        mid = (grid[~_nan(grid)].max() + grid[~_nan(grid)].min()) / 2 if (~_nan(grid)).any() else 0
+        for (row, col), cell in _cells(grid):
+            ax.text(col, row, f"{cell:.3g}", ha="center", va="center", fontsize="small",
+                    color="white" if cell < mid else "black")
+    ax.set_title(title or f"{label} over {x} x {y}", fontsize="medium")
+    return ax.figure
+
+
+def _nan(grid):
+    import numpy as np
+
+    return np.isnan(grid)
+
+
+def _cells(grid):
+    import numpy as np
+
+    for index in np.ndindex(grid.shape):
+        if not np.isnan(grid[index]):
+            yield index, float(grid[index])
+
+
+def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] = (True, True),
+                label: str | None = None, ax: "Axes | None" = None,
+                title: str | None = None) -> "Figure":
+    """Every finished point in (``x``, ``y``) with the Pareto front highlighted;
+    front points are annotated with the ``label`` column when given."""
+    require_columns(frame, (x, y, label))
+    data = _ok(frame).dropna(subset=[x, y])
+    if data.empty:
+        raise AnalysisError(f"no finished points with values for {x!r} and {y!r}")
+    front = pareto_front(data, x, y, minimize)
+    fx, xlabel = _scale(x, data[x])
+    fy, ylabel = _scale(y, data[y])
+    ax = _axes(ax)
+    ax.scatter(data[x] / fx, data[y] / fy, color="0.7", s=18, label="points")
+    ax.plot(front[x] / fx, front[y] / fy, color="C3", marker="o", drawstyle="steps-post"
+            if minimize[0] == minimize[1] else "default", label="Pareto front")
+    if label:
+        for _, row in front.iterrows():
+            ax.annotate(str(row[label]), (row[x] / fx, row[y] / fy), fontsize="x-small",
+                        xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title or f"Pareto front: {x} vs {y}", fontsize="medium")
+    return ax.figure
+
+
+def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = None,
+                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+    """Empirical CDF of latencies: per request when the source has a per-request
+    table, else of ``column`` of a DataFrame, else of task durations in the ops table;
+    one curve per value of ``by`` (e.g. ``type`` of an ops table, a swept parameter)."""
+    import numpy as np
+    import pandas as pd
+
+    if by is not None:
+        if not isinstance(source, pd.DataFrame):
+            from npusim.analysis.frames import as_ops
+
+            source = as_ops(source)
+        require_columns(source, (by,))
+        groups = [(value, group) for value, group in source.groupby(by, sort=True)]
+    else:
+        groups = [(None, source)]
+    samples = [(value, *latency_samples(group, column)) for value, group in groups]
+    name = samples[0][2]
+    factor, label = _scale(name, [s.max() for _, s, _ in samples if len(s)])
+    ax = _axes(ax)
+    for value, series, _ in samples:
+        values = np.sort(series.to_numpy(dtype=float)) / factor
+        if len(values):
+            ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
+                    label=None if by is None else f"{by}={value}")
+    ax.set_xlabel(label)
+    ax.set_ylabel("fraction of samples")
+    ax.set_ylim(0, 1.02)
+    if by is not None:
+        ax.legend(fontsize="small")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title or f"CDF of {name}", fontsize="medium")
+    return ax.figure
+
+
+def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | None = None,
+                              ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+    """Busy fraction of each unit over time (rows: units, columns: time bins) from a
+    Result, its ops DataFrame or a run directory."""
+    frame, edges = utilisation_timeline(source, bins, units)
+    factor, xlabel = _scale("time_ps", [edges[-1]])
+    ax = _axes(ax, figsize=(8.0, max(2.5, 0.22 * len(frame) + 1.2)))
+    image = ax.imshow(frame.to_numpy(), aspect="auto", interpolation="nearest", cmap="magma",
+                      vmin=0, vmax=1, extent=(edges[0] / factor, edges[-1] / factor,
+                                              len(frame) - 0.5, -0.5))
+    ax.set_yticks(range(len(frame)), [str(u) for u in frame.index], fontsize="x-small")
+    ax.set_xlabel(xlabel)
+    ax.figure.colorbar(image, ax=ax, label="busy fraction")
+    ax.set_title(title or "per-unit utilisation over time", fontsize="medium")
+    return ax.figure
+
+
+def save_figure(figure: "Figure", path: str | Path, dpi: int = 120) -> Path:
+    """Write ``figure`` to ``path`` (format from the suffix: .png, .svg, .pdf)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise AnalysisError(f"{path}: unsupported figure format {path.suffix!r}; "
+                            "use .png, .svg or .pdf")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    return path

@@ -1,0 +1,129 @@
+"""``npusim sweep`` and ``npusim plot``: registered on the main typer app by
+:func:`register` (``npusim/cli.py`` calls it once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from npusim.core.errors import NpusimError
+
+PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline")
+
+
+def _guard(action: Callable[[], Any]) -> Any:
+    """User errors print one message and exit non-zero (as in :mod:`npusim.cli`)."""
+    try:
+        return action()
+    except NpusimError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def sweep(
+    spec: Path = typer.Argument(..., help="Sweep spec YAML (base scenario + axes)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Results directory "
+                                       "(default out/sweeps/<name>); re-running resumes."),
+    executor: str = typer.Option("local", "--executor", help="local (processes), dask, or serial."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes "
+                                          "(default: number of CPUs)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address "
+                                            "(default: a LocalCluster on loopback)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed points again."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Run every point of a sweep and store one Parquet row per point in OUT."""
+    from npusim.sweep.runner import EXECUTORS, run_sweep
+    from npusim.sweep.spec import load_spec
+
+    def action() -> None:
+        if executor not in EXECUTORS:
+            raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
+                              f"{', '.join(EXECUTORS)}")
+        if scheduler and executor != "dask":
+            raise NpusimError("--scheduler needs --executor dask")
+        parsed = load_spec(spec)
+        out_dir = out or Path("out") / "sweeps" / parsed.name
+        summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
+                            scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
+        typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
+                   f"{summary.skipped} skipped by constraints, {summary.skipped_done} already "
+                   f"done, {summary.lost} lost ({summary.wall_time_s:.1f} s)")
+        for line in summary.errors[:10]:
+            typer.secho(f"  {line.splitlines()[0]}", fg=typer.colors.YELLOW, err=True)
+        if len(summary.errors) > 10:
+            typer.secho(f"  ... and {len(summary.errors) - 10} more (see the error column)",
+                        fg=typer.colors.YELLOW, err=True)
+        typer.echo(f"results in {out_dir}/ (npusim.analysis.load_sweep('{out_dir}'))")
+
+    _guard(action)
+
+
+def plot(
+    source: Path = typer.Argument(..., help="A sweep directory (npusim sweep --out) or a run "
+                                  "directory (npusim run --out)."),
+    kind: str = typer.Option(..., "--kind", "-k", help="line | heatmap | pareto | cdf | timeline"),
+    x: Optional[str] = typer.Option(None, "--x", "-x", help="x column (line: a parameter; "
+                                    "heatmap: a parameter; pareto: a metric)."),
+    y: Optional[str] = typer.Option(None, "--y", "-y", help="y column (line/pareto: a metric; "
+                                    "heatmap: a parameter)."),
+    value: Optional[str] = typer.Option(None, "--value", help="heatmap: the metric to colour; "
+                                        "cdf: the column to take samples from."),
+    hue: Optional[str] = typer.Option(None, "--hue", help="line: one line per value; "
+                                      "cdf: one curve per value."),
+    maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
+    bins: int = typer.Option(100, "--bins", help="timeline: number of time bins."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
+                                       "default SOURCE/plot-KIND.png)."),
+) -> None:
+    """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf) to PNG/SVG."""
+    from npusim import analysis
+
+    def need(name: str, given: Optional[str]) -> str:
+        if not given:
+            raise NpusimError(f"--kind {kind} needs {name}")
+        return given
+
+    def action() -> None:
+        if kind not in PLOT_KINDS:
+            raise NpusimError(f"--kind: unknown plot {kind!r}; expected one of {', '.join(PLOT_KINDS)}")
+        if not source.exists():
+            raise NpusimError(f"{source}: no such directory")
+        if out is not None and out.suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise NpusimError(f"--out {out}: unsupported figure format {out.suffix!r}; "
+                              "use .png, .svg or .pdf")
+        is_run = (source / "ops.csv").is_file()
+        if kind == "timeline" or (kind == "cdf" and is_run):
+            if not is_run:
+                raise NpusimError(f"{source}: --kind {kind} needs a run directory with ops.csv "
+                                  "(npusim run SCENARIO --out DIR)")
+            from npusim.analysis.frames import as_ops
+
+            ops = as_ops(source)
+            figure = (analysis.plot_utilisation_timeline(ops, bins=bins) if kind == "timeline"
+                      else analysis.plot_latency_cdf(ops, column=value, by=hue))
+        else:
+            frame = analysis.load_sweep(source)
+            if kind == "line":
+                figure = analysis.plot_metric(frame, need("--x", x), need("--y", y), hue=hue)
+            elif kind == "heatmap":
+                figure = analysis.plot_heatmap(frame, need("--x", x), need("--y", y),
+                                               need("--value", value))
+            elif kind == "pareto":
+                figure = analysis.plot_pareto(frame, need("--x", x), need("--y", y),
+                                              minimize=(True, not maximize), label=hue)
+            else:
+                figure = analysis.plot_latency_cdf(frame[frame["status"] == "ok"],
+                                                   column=need("--value", value), by=hue)
+        path = analysis.save_figure(figure, out or source / f"plot-{kind}.png")
+        typer.echo(f"wrote {path}")
+
+    _guard(action)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sweep`` and ``plot`` commands to ``app``."""
+    app.command("sweep")(sweep)
+    app.command("plot")(plot)

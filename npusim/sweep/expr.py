@@ -1,0 +1,212 @@
+"""Small, safe expressions for sweep specs: derived fields and constraints.
+
+A derived field is a template: ``"${hw.core.systolic.rows}"`` copies a value (keeping its
+type), ``"${workload.m} * 2"`` is evaluated as arithmetic, and anything that is not an
+expression after substitution (``"${size}MiB"``) is kept as text and then read like a
+``--set`` value.  A constraint is an expression that must be true, e.g.
+``"${workload.m} % ${workload.tile_n} == 0"``; bare dotted paths work too
+(``workload.m % workload.tile_n == 0``).
+
+Only literals, arithmetic, comparisons, boolean logic, ``x if c else y`` and a few
+functions (``min max abs int float round str len`` and the unit parsers ``size``,
+``time_ps``, ``freq_hz``, ``bandwidth_bps``) are allowed: a spec file can never run
+arbitrary code.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from typing import Any, Callable
+
+from npusim.core.units import parse_bandwidth_bps, parse_bytes, parse_freq_hz, parse_time_ps
+
+REF = re.compile(r"\$\{([^}]*)\}")
+
+
+class ExprError(ValueError):
+    """An expression is malformed, names an unknown field or fails to evaluate.
+
+    ``syntax`` is true when the text is not an expression at all (a derived template
+    then falls back to plain text substitution)."""
+
+    def __init__(self, message: str, syntax: bool = False):
+        super().__init__(message)
+        self.syntax = syntax
+
+
+Lookup = Callable[[str], Any]
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "min": min, "max": max, "abs": abs, "int": int, "float": float, "round": round,
+    "str": str, "len": len, "size": parse_bytes, "time_ps": parse_time_ps,
+    "freq_hz": parse_freq_hz, "bandwidth_bps": parse_bandwidth_bps,
+}
+_CONSTANTS = {"True": True, "False": False, "None": None, "true": True, "false": False}
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+           ast.Pow: operator.pow}
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def references(text: str) -> list[str]:
+    """Field paths named as ``${path}`` in ``text``."""
+    return [match.strip() for match in REF.findall(text)]
+
+
+def _substitute(text: str) -> tuple[str, dict[str, str]]:
+    """Replace each ``${path}`` by a placeholder name; return the text and the mapping."""
+    names: dict[str, str] = {}
+
+    def repl(match: re.Match) -> str:
+        name = f"__ref{len(names)}"
+        names[name] = match[1].strip()
+        return name
+
+    return REF.sub(repl, text), names
+
+
+def parse(text: str) -> tuple[ast.AST, dict[str, str]]:
+    """Parse an expression (``${...}`` references allowed); raise :class:`ExprError`."""
+    code, names = _substitute(text)
+    try:
+        tree = ast.parse(code.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"not a valid expression: {exc.msg}", syntax=True) from None
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    if not set(names) <= used:  # "${x}MiB" glued a reference into a longer name
+        raise ExprError("a ${...} reference is part of a longer word, not an expression",
+                        syntax=True)
+    _check(tree.body)
+    return tree.body, names
+
+
+def _check(node: ast.AST) -> None:
+    allowed = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.BinOp, ast.UnaryOp,
+               ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.List, ast.Tuple, ast.Load,
+               ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+    for child in ast.walk(node):
+        if not isinstance(child, allowed):
+            raise ExprError(f"{type(child).__name__} is not allowed in a sweep expression")
+        if isinstance(child, ast.BinOp) and type(child.op) not in _BINARY:
+            raise ExprError(f"operator {type(child.op).__name__} is not allowed")
+        if isinstance(child, ast.Call) and not (isinstance(child.func, ast.Name)
+                                                and child.func.id in _FUNCTIONS):
+            known = ", ".join(sorted(_FUNCTIONS))
+            raise ExprError(f"only these functions may be called: {known}")
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b[2].c`` as a field path, or None if ``node`` is not such a chain."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base is not None else None
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and isinstance(node.slice.value, int):
+        base = _dotted(node.value)
+        return f"{base}[{node.slice.value}]" if base is not None else None
+    return None
+
+
+def field_paths(node: ast.AST, names: dict[str, str]) -> list[str]:
+    """Every field path an expression reads (``${...}`` and bare dotted paths)."""
+    paths = list(names.values())
+
+    def visit(child: ast.AST) -> None:
+        if isinstance(child, ast.Call):
+            for arg in child.args:
+                visit(arg)
+            return
+        path = _dotted(child)
+        if path is not None and path not in names and path not in _CONSTANTS:
+            paths.append(path)
+            return
+        for grandchild in ast.iter_child_nodes(child):
+            visit(grandchild)
+
+    visit(node)
+    return paths
+
+
+def evaluate_node(node: ast.AST, names: dict[str, str], lookup: Lookup) -> Any:
+    """Evaluate a parsed expression; field paths are read through ``lookup``."""
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, (ast.List, ast.Tuple)):
+            return [ev(e) for e in n.elts]
+        if isinstance(n, ast.Name) and n.id in names:
+            return lookup(names[n.id])
+        if isinstance(n, ast.Name) and n.id in _CONSTANTS:
+            return _CONSTANTS[n.id]
+        path = _dotted(n)
+        if path is not None:
+            return lookup(path)
+        if isinstance(n, ast.BinOp):
+            return _BINARY[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp):
+            value = ev(n.operand)
+            return {ast.USub: operator.neg, ast.UAdd: operator.pos,
+                    ast.Not: operator.not_, ast.Invert: operator.invert}[type(n.op)](value)
+        if isinstance(n, ast.BoolOp):
+            if isinstance(n.op, ast.And):
+                result: Any = True
+                for value in n.values:
+                    result = ev(value)
+                    if not result:
+                        return result
+                return result
+            result = False
+            for value in n.values:
+                result = ev(value)
+                if result:
+                    return result
+            return result
+        if isinstance(n, ast.Compare):
+            left = ev(n.left)
+            for op, comparator in zip(n.ops, n.comparators):
+                right = ev(comparator)
+                if not _COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(n, ast.IfExp):
+            return ev(n.body) if ev(n.test) else ev(n.orelse)
+        if isinstance(n, ast.Call):
+            return _FUNCTIONS[n.func.id](*[ev(a) for a in n.args])
+        raise ExprError(f"cannot evaluate {ast.dump(n)}")  # unreachable after _check
+
+    try:
+        return ev(node)
+    except ExprError:
+        raise
+    except Exception as exc:  # arithmetic on the wrong types, division by zero, bad units
+        raise ExprError(f"{type(exc).__name__}: {exc}") from None
+
+
+def evaluate(text: str, lookup: Lookup) -> Any:
+    """Evaluate a constraint expression to a value."""
+    node, names = parse(text)
+    return evaluate_node(node, names, lookup)
+
+
+def render(template: str, lookup: Lookup) -> Any:
+    """Value of a derived-field template (see the module docstring for the rules)."""
+    whole = REF.fullmatch(template.strip())
+    if whole:
+        return lookup(whole[1].strip())
+    if not REF.search(template):
+        return template
+    try:
+        node, names = parse(template)
+    except ExprError as exc:
+        if not exc.syntax:
+            raise
+        # Not an expression: plain text substitution, e.g. "${mib}MiB".
+        return REF.sub(lambda m: str(lookup(m[1].strip())), template)
+    return evaluate_node(node, names, lookup)

@@ -1,0 +1,243 @@
+"""Run a sweep: resolve points, skip finished ones, execute the rest, store each row.
+
+Executors:
+
+* ``local`` (default) – ``concurrent.futures.ProcessPoolExecutor``, no extra service;
+* ``dask`` – Dask distributed: a ``LocalCluster`` on loopback when no scheduler address
+  is given, else the existing cluster at ``scheduler`` (workers need npusim installed);
+* ``serial`` – in this process, one point after another (debugging, tiny sweeps).
+
+Rows are written by the driver as each point finishes (workers may live on other
+machines and share no file system), one part file per point, so a killed sweep loses at
+most the points that were running.  A point that raises records its error and the
+sweep continues; an executor that loses a worker leaves that point unrecorded, so the
+next run retries it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from npusim.core.errors import NpusimError
+from npusim.sweep.spec import Point, SweepSpec, load_spec
+from npusim.sweep.store import ResultStore, flatten_metrics
+
+EXECUTORS = ("local", "dask", "serial")
+
+
+@dataclass
+class SweepSummary:
+    """What one :func:`run_sweep` call did."""
+
+    out_dir: Path
+    total: int
+    skipped_done: int = 0       # already in the store (resumed)
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0            # constraints / invalid configs, recorded with a reason
+    lost: int = 0               # a worker died; not recorded, retried next run
+    wall_time_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+def point_task(point: Point, sweep: str) -> dict[str, Any]:
+    """The picklable description of a point that :func:`run_point` executes."""
+    from npusim import __version__
+
+    return {"point": point.index, "params": point.params, "config": point.config,
+            "config_hash": point.config_hash, "key": point.key, "skip": point.skip_reason,
+            "sweep": sweep, "npusim_version": __version__}
+
+
+def run_point(task: dict[str, Any]) -> dict[str, Any]:
+    """Simulate one point and return its results row (never raises for a bad point)."""
+    started = time.perf_counter()
+    row: dict[str, Any] = {"point": task["point"], "status": "ok"}
+    row.update(task["params"])
+    if task["skip"] is not None:
+        row.update(status="skipped", error=task["skip"])
+    else:
+        try:
+            from npusim.api import simulate
+
+            row.update(flatten_metrics(simulate(task["config"]).metrics))
+            row["error"] = None
+        except NpusimError as exc:
+            row.update(status="failed", error=str(exc))
+        except Exception as exc:  # a bug in npusim: record it, keep the sweep going
+            row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    row.update(wall_time_s=time.perf_counter() - started, config_hash=task["config_hash"],
+               key=task["key"], npusim_version=task["npusim_version"], sweep=task["sweep"])
+    return row
+
+
+# ------------------------------------------------------------------ executors
+# Each yields (task, row) as points finish; row None means the point was lost.
+
+def _serial(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[tuple[dict, Any]]:
+    for task in tasks:
+        yield task, run_point(task)
+
+
+def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[tuple[dict, Any]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    # fork where the OS has it: workers inherit the imported simulator (no per-worker
+    # start-up) and scripts without an ``if __name__ == "__main__"`` guard still work.
+    # The children only run run_point, which touches no lock a parent thread may hold.
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {pool.submit(run_point, task): task for task in tasks}
+        for future in as_completed(futures):
+            try:
+                yield futures[future], future.result()
+            except BrokenProcessPool:
+                yield futures[future], None
+
+
+def _dask(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[tuple[dict, Any]]:
+    import logging
+
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:  # pragma: no cover - distributed is a declared dependency
+        raise NpusimError("--executor dask needs the 'distributed' package "
+                          "(pip install 'dask[distributed]')") from None
+    cluster = None
+    try:
+        if scheduler:
+            client = Client(scheduler, timeout="10s")
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   host="127.0.0.1", dashboard_address=None,
+                                   silence_logs=logging.ERROR)
+            client = Client(cluster)
+    except (OSError, TimeoutError) as exc:
+        raise NpusimError(f"cannot reach the Dask scheduler at {scheduler or 'a LocalCluster'}: "
+                          f"{exc}") from None
+    try:
+        futures = {client.submit(run_point, task, key=f"npusim-{task['key']}", pure=False): task
+                   for task in tasks}
+        for future in as_completed(futures):
+            task = futures[future]
+            try:
+                yield task, future.result()
+            except Exception:  # KilledWorker, lost connection: retried on the next run
+                yield task, None
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+_RUNNERS: dict[str, Callable[..., Iterator[tuple[dict, Any]]]] = {
+    "serial": _serial, "local": _local, "dask": _dask}
+
+
+# ------------------------------------------------------------------ progress
+
+class _Progress:
+    """A rich progress bar on stderr: done / failed / remaining and the ETA."""
+
+    def __init__(self, total: int, name: str, enabled: bool):
+        self.bar = None
+        if not enabled or not total:
+            return
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(),
+                            TextColumn("ok {task.fields[ok]}  failed {task.fields[failed]}  "
+                                       "remaining {task.fields[left]}"),
+                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                            console=Console(stderr=True))
+        self.task = self.bar.add_task(name, total=total, ok=0, failed=0, left=total)
+        self.bar.start()
+
+    def update(self, summary: SweepSummary, remaining: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, ok=summary.ok + summary.skipped,
+                            failed=summary.failed + summary.lost, left=remaining)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# ------------------------------------------------------------------ driver
+
+def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: str = "local",
+              workers: int | None = None, scheduler: str | None = None,
+              retry_failed: bool = False, progress: bool = False,
+              on_row: Callable[[dict], None] | None = None) -> SweepSummary:
+    """Run every point of ``spec`` not yet in ``out_dir``'s store; return a summary.
+
+    Re-running with the same spec resumes: points whose key (config hash + parameters)
+    is already stored are skipped (failed ones too, unless ``retry_failed``).  The
+    store is compacted at the end.  ``on_row`` is called with each row as it is stored.
+    """
+    if executor not in _RUNNERS:
+        raise NpusimError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise NpusimError(f"--workers must be at least 1, got {workers}")
+    if not isinstance(spec, SweepSpec):
+        spec = load_spec(spec)
+    started = time.perf_counter()
+    points = spec.points()
+    store = ResultStore(out_dir)
+    store.write_manifest(spec.name, spec.param_names, points)
+    store.compact()  # fold in parts left by an earlier (possibly killed) run
+    done = store.finished()
+    todo = [p for p in points if p.key not in done or (retry_failed and done[p.key] == "failed")]
+    summary = SweepSummary(out_dir=Path(out_dir), total=len(points),
+                           skipped_done=len(points) - len(todo))
+    # Skipped points cost nothing: record them here instead of shipping them to workers.
+    tasks = [point_task(p, spec.name) for p in todo]
+    runnable = [t for t in tasks if t["skip"] is None]
+    bar = _Progress(len(tasks), spec.name, progress)
+    remaining = len(tasks)
+    try:
+        for task in (t for t in tasks if t["skip"] is not None):
+            remaining -= 1
+            _record(store, run_point(task), summary, on_row)
+            bar.update(summary, remaining)
+        if runnable:
+            count = workers or min(len(runnable), os.cpu_count() or 1)
+            for task, row in _RUNNERS[executor](runnable, count, scheduler):
+                remaining -= 1
+                if row is None:
+                    summary.lost += 1
+                    summary.errors.append(f"point {task['point']}: worker lost; rerun to retry")
+                else:
+                    _record(store, row, summary, on_row)
+                bar.update(summary, remaining)
+    finally:
+        bar.close()
+    store.compact()
+    summary.wall_time_s = time.perf_counter() - started
+    return summary
+
+
+def _record(store: ResultStore, row: dict, summary: SweepSummary,
+            on_row: Callable[[dict], None] | None) -> None:
+    store.write_row(row)
+    status = row["status"]
+    if status == "ok":
+        summary.ok += 1
+    elif status == "skipped":
+        summary.skipped += 1
+    else:
+        summary.failed += 1
+        summary.errors.append(f"point {row['point']}: {row.get('error')}")
+    if on_row is not None:
+        on_row(row)
+

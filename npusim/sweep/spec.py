@@ -1,0 +1,506 @@
+"""Sweep specs: a base scenario, axes over config paths, derived fields, constraints.
+
+```yaml
+name: quickstart_grid                 # default: the file name
+base: ../scenarios/quickstart.yaml    # a scenario file (relative to this file) or a mapping
+set: {run.mode: analytic}             # fixed overrides for every point
+axes:                                 # blocks combine as a cartesian product, in order
+  - grid: {workload.m: [64, 128, 256], workload.tile_n: [128, 256, 512]}
+  - zip:  {hw.core.systolic.rows: [32, 64], hw.core.sram.capacity_bytes: [16MiB, 32MiB]}
+  - random: {seed: 0, samples: 4, params: {workload.k: {randint: [512, 4096]}}}
+derived: {hw.core.systolic.cols: "${hw.core.systolic.rows}"}
+constraints:
+  - {require: "${workload.m} % 64 == 0", reason: "m must be a multiple of 64"}
+on_invalid: error                     # or skip: record points whose config is invalid
+```
+
+``axes`` may also be one mapping (a single grid).  Random parameters are a list (uniform
+choice) or ``{choice: [...]}``, ``{uniform: [lo, hi]}``, ``{loguniform: [lo, hi]}`` (both
+take ``integer: true``) or ``{randint: [lo, hi]}`` (inclusive).  Every problem is reported
+as a :class:`~npusim.core.errors.ConfigError` naming the spec file, the field path in the
+spec and the bad value.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from npusim.core.errors import ConfigError
+from npusim.sweep import expr
+
+_TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
+             "on_invalid")
+_AXIS_KINDS = ("grid", "zip", "random")
+_PATH = re.compile(r"[A-Za-z_][\w-]*(\[\d+\])*(\.[A-Za-z_][\w-]*(\[\d+\])*)*")
+_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """SHA-256 of a resolved config as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def format_override(path: str, value: Any) -> str:
+    """``path=value`` that the loader parses back to exactly ``value``."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
+    return f"{path}={text.removesuffix('...').strip()}"
+
+
+def _split(path: str) -> list[str | int]:
+    return [m[1] if m[1] is not None else int(m[2]) for m in _PART.finditer(path)]
+
+
+_MISSING = object()
+
+
+def get_path(data: Any, path: str) -> Any:
+    """The value at dotted ``path`` in nested mappings/lists, or ``_MISSING``."""
+    node = data
+    for part in _split(path):
+        if isinstance(part, int) and isinstance(node, list) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            return _MISSING
+    return node
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep, resolved and ready to run (or skipped with a reason)."""
+
+    index: int
+    params: dict[str, Any]          # swept and derived values by config path
+    overrides: list[str]            # every ``path=value`` applied to the base scenario
+    config: dict[str, Any] | None   # the validated scenario as JSON, None when skipped
+    config_hash: str                # hash of ``config`` (of the raw mapping when invalid)
+    key: str                        # identity in the results store: config hash + params
+    skip_reason: str | None = None
+
+
+@dataclass
+class Axis:
+    """One block of axes: its kind and the values of each parameter, row by row."""
+
+    kind: str
+    rows: list[dict[str, Any]]
+
+
+@dataclass
+class SweepSpec:
+    """A parsed sweep spec (see the module docstring for the YAML form)."""
+
+    name: str
+    source: str
+    base: dict[str, Any]
+    base_source: str
+    set: list[str] = field(default_factory=list)
+    axes: list[Axis] = field(default_factory=list)
+    derived: dict[str, Any] = field(default_factory=dict)
+    constraints: list[tuple[str, str]] = field(default_factory=list)
+    on_invalid: str = "error"
+    description: str = ""
+
+    @property
+    def param_names(self) -> list[str]:
+        """Swept paths in axis order, then derived paths."""
+        names: list[str] = []
+        for axis in self.axes:
+            for row in axis.rows[:1]:
+                names += [p for p in row if p not in names]
+        return names + [p for p in self.derived if p not in names]
+
+    def combinations(self) -> list[dict[str, Any]]:
+        """Swept values of every point (the product of the axis blocks, last fastest)."""
+        combos = []
+        for rows in itertools.product(*[axis.rows for axis in self.axes]):
+            merged: dict[str, Any] = {}
+            for row in rows:
+                merged.update(row)
+            combos.append(merged)
+        return combos
+
+    def points(self) -> list[Point]:
+        """Every point resolved against the base scenario; raises :class:`ConfigError`
+        for a point whose config is invalid unless ``on_invalid: skip``."""
+        from npusim.config.loader import _resolve_with_overrides, validate
+        from npusim.config.schema import scenario_model
+
+        defaults = _base_defaults(self)
+        problems: list[tuple[str, str]] = []
+        points: list[Point] = []
+        for index, swept in enumerate(self.combinations()):
+            params = dict(swept)
+            label = ", ".join(f"{k}={v!r}" for k, v in swept.items()) or "base"
+            try:
+                raw = _resolve_with_overrides(copy.deepcopy(self.base), self._overrides(params),
+                                              self.base_source)
+            except ConfigError as exc:
+                problems += [(f"point {index} ({label}): {p}", m) for p, m in exc.problems]
+                continue
+
+            def lookup(path: str, raw=raw, params=params) -> Any:
+                for source in (params, raw, defaults):
+                    value = params.get(path, _MISSING) if source is params else get_path(source, path)
+                    if value is not _MISSING:
+                        return value
+                raise expr.ExprError(f"no field {path!r} in the scenario or the sweep")
+
+            skip, where = None, ""
+            try:
+                for path, template in self.derived.items():
+                    where = f"derived.{path} (point {index}: {label})"
+                    params[path] = expr.render(template, lookup) if isinstance(template, str) else template
+                for i, (text, reason) in enumerate(self.constraints):
+                    where = f"constraints[{i}].require (point {index}: {label})"
+                    if not expr.evaluate(text, lookup):
+                        skip = reason
+                        break
+            except expr.ExprError as exc:
+                problems.append((where, str(exc)))
+                continue
+            overrides = self._overrides(params)
+            config = None
+            try:
+                raw = _resolve_with_overrides(copy.deepcopy(self.base), overrides, self.base_source)
+                if skip is None:
+                    config = validate(scenario_model(), raw, self.base_source).model_dump(mode="json")
+            except ConfigError as exc:
+                if self.on_invalid != "skip":
+                    problems += [(f"point {index} ({label}): {p}", m) for p, m in exc.problems]
+                    continue
+                skip = "invalid config: " + "; ".join(f"{p}: {m}" for p, m in exc.problems)
+            digest = config_hash(config if config is not None else raw)
+            key = config_hash({"config": digest, "params": params})[:32]
+            points.append(Point(index, params, overrides, config, digest, key, skip))
+        if problems:
+            raise ConfigError(self.source, problems[:20] + (
+                [("", f"... and {len(problems) - 20} more")] if len(problems) > 20 else []))
+        return points
+
+    def _overrides(self, params: Mapping[str, Any]) -> list[str]:
+        return list(self.set) + [format_override(p, v) for p, v in params.items()]
+
+
+def _base_defaults(spec: SweepSpec) -> dict[str, Any]:
+    """The validated base scenario (fixed overrides applied) with every default filled."""
+    from npusim.config.loader import scenario_from_dict
+
+    return scenario_from_dict(spec.base, spec.base_source, spec.set).model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------- parsing
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a sweep spec YAML file."""
+    from npusim.config.presets import read_yaml
+
+    path = Path(path)
+    return spec_from_dict(read_yaml(path), source=str(path), root=path.parent,
+                          default_name=path.stem)
+
+
+def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None = None,
+                   default_name: str = "sweep") -> SweepSpec:
+    """Check a sweep spec given as a mapping; relative ``base`` paths resolve against
+    ``root`` (default: the working directory), then the ``workloads/`` folder."""
+    problems: list[tuple[str, str]] = []
+
+    def bad(where: str, message: str) -> None:
+        problems.append((where, message))
+
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, [("", f"expected a sweep mapping, got {type(data).__name__}")])
+    for key in data:
+        if key not in _TOP_KEYS:
+            close = difflib.get_close_matches(str(key), _TOP_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            bad(str(key), f"unknown key{hint} Known keys: {', '.join(_TOP_KEYS)}.")
+    if "base" not in data:
+        bad("base", "required: a scenario file or mapping to sweep around")
+        raise ConfigError(source, problems)
+    base, base_source = _load_base(data["base"], source, Path(root) if root else Path.cwd())
+    fixed = _parse_set(data.get("set"), bad)
+    axes = _parse_axes(data.get("axes"), bad)
+    derived = _parse_derived(data.get("derived"), bad)
+    constraints = _parse_constraints(data.get("constraints"), bad)
+    on_invalid = data.get("on_invalid", "error")
+    if on_invalid not in ("error", "skip"):
+        bad("on_invalid", f"expected 'error' or 'skip', got {on_invalid!r}")
+    if problems:
+        raise ConfigError(source, problems)
+    spec = SweepSpec(name=str(data.get("name") or default_name), source=source, base=base,
+                     base_source=base_source, set=fixed, axes=axes, derived=derived,
+                     constraints=constraints, on_invalid=on_invalid,
+                     description=str(data.get("description") or ""))
+    _check_paths(spec, data)
+    return spec
+
+
+def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
+    from npusim.config.presets import read_yaml, workloads_root
+
+    if isinstance(value, Mapping):
+        return dict(value), f"{source} (base)"
+    if not isinstance(value, str) or not value:
+        raise ConfigError(source, [("base", f"expected a scenario path or mapping, got {value!r}")])
+    candidates = [root / value, Path.cwd() / value, workloads_root() / value,
+                  workloads_root().parent / value]
+    for candidate in candidates:
+        if candidate.is_file():
+            data = read_yaml(candidate)
+            if not isinstance(data, Mapping):
+                raise ConfigError(str(candidate), [("", "expected a scenario mapping")])
+            return dict(data), str(candidate)
+    looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
+    raise ConfigError(source, [("base", f"scenario file {value!r} not found (looked in {looked})")])
+
+
+def _parse_set(value: Any, bad) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [format_override(str(p), v) for p, v in value.items()]
+    if isinstance(value, list) and all(isinstance(v, str) and "=" in v for v in value):
+        return list(value)
+    bad("set", f"expected a mapping path: value or a list of 'path=value', got {value!r}")
+    return []
+
+
+def _check_name(path: Any, where: str, bad) -> bool:
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
+        bad(where, f"malformed config path {path!r}; expected keys separated by dots, "
+                   "e.g. hw.core.systolic.rows")
+        return False
+    return True
+
+
+def _values(value: Any, where: str, bad) -> list | None:
+    if isinstance(value, str) and value.strip().startswith("["):
+        value = yaml.safe_load(value)  # "[32, 64]" written as a string
+    if not isinstance(value, list) or not value:
+        bad(where, f"expected a non-empty list of values, got {value!r}")
+        return None
+    return value
+
+
+def _parse_axes(value: Any, bad) -> list[Axis]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping) and not set(value) & set(_AXIS_KINDS):
+        value = [{"grid": value}]
+    elif isinstance(value, Mapping):
+        value = [{k: v} for k, v in value.items()]
+    if not isinstance(value, list):
+        bad("axes", f"expected a list of axis blocks (grid/zip/random), got {value!r}")
+        return []
+    axes = []
+    for i, block in enumerate(value):
+        where = f"axes[{i}]"
+        if not isinstance(block, Mapping) or len(block) != 1 or next(iter(block)) not in _AXIS_KINDS:
+            bad(where, f"expected one of {{grid: ...}}, {{zip: ...}}, {{random: ...}}, got {block!r}")
+            continue
+        kind, body = next(iter(block.items()))
+        where = f"{where}.{kind}"
+        if kind == "random":
+            axis = _parse_random(body, where, bad)
+        else:
+            axis = _parse_listed(kind, body, where, bad)
+        if axis is not None:
+            axes.append(axis)
+    return axes
+
+
+def _parse_listed(kind: str, body: Any, where: str, bad) -> Axis | None:
+    if isinstance(body, list) and all(isinstance(s, str) and "=" in s for s in body):
+        body = {s.split("=", 1)[0].strip(): s.split("=", 1)[1] for s in body}
+    if not isinstance(body, Mapping) or not body:
+        bad(where, f"expected a mapping of config path to a list of values, got {body!r}")
+        return None
+    columns: dict[str, list] = {}
+    for path, raw in body.items():
+        if _check_name(path, f"{where}.{path}", bad):
+            values = _values(raw, f"{where}.{path}", bad)
+            if values is not None:
+                columns[path] = values
+    if len(columns) != len(body):
+        return None
+    if kind == "zip":
+        lengths = {p: len(v) for p, v in columns.items()}
+        if len(set(lengths.values())) > 1:
+            bad(where, f"zip needs lists of equal length, got {lengths}")
+            return None
+        rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    else:
+        rows = [dict(zip(columns, values)) for values in itertools.product(*columns.values())]
+    return Axis(kind, rows)
+
+
+def _parse_random(body: Any, where: str, bad) -> Axis | None:
+    if not isinstance(body, Mapping):
+        bad(where, f"expected {{seed: N, samples: N, params: {{...}}}}, got {body!r}")
+        return None
+    for key in body:
+        if key not in ("seed", "samples", "params"):
+            bad(f"{where}.{key}", "unknown key; expected seed, samples, params")
+    seed, samples, params = body.get("seed", 0), body.get("samples"), body.get("params")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        bad(f"{where}.seed", f"expected an integer seed, got {seed!r}")
+        return None
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        bad(f"{where}.samples", f"expected a positive number of samples, got {samples!r}")
+        return None
+    if not isinstance(params, Mapping) or not params:
+        bad(f"{where}.params", f"expected a mapping of config path to a distribution, got {params!r}")
+        return None
+    samplers = {}
+    for path, dist in params.items():
+        if _check_name(path, f"{where}.params.{path}", bad):
+            sampler = _sampler(dist, f"{where}.params.{path}", bad)
+            if sampler is not None:
+                samplers[path] = sampler
+    if len(samplers) != len(params):
+        return None
+    rng = random.Random(seed)  # one stream per block: the same seed gives the same points
+    return Axis("random", [{p: s(rng) for p, s in samplers.items()} for _ in range(samples)])
+
+
+def _sampler(dist: Any, where: str, bad):
+    if isinstance(dist, list) and dist:
+        dist = {"choice": dist}
+    if not isinstance(dist, Mapping):
+        bad(where, f"expected a list or {{choice|uniform|loguniform|randint: ...}}, got {dist!r}")
+        return None
+    kinds = [k for k in dist if k in ("choice", "uniform", "loguniform", "randint")]
+    extra = [k for k in dist if k not in kinds and k != "integer"]
+    if len(kinds) != 1 or extra:
+        bad(where, f"expected exactly one of choice, uniform, loguniform, randint "
+                   f"(plus integer: true), got {dict(dist)!r}")
+        return None
+    kind, args, integer = kinds[0], dist[kinds[0]], bool(dist.get("integer", False))
+    if kind == "choice":
+        if not isinstance(args, list) or not args:
+            bad(f"{where}.choice", f"expected a non-empty list, got {args!r}")
+            return None
+        return lambda rng: rng.choice(args)
+    if (not isinstance(args, list) or len(args) != 2
+            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+            or args[0] > args[1]):
+        bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
+        return None
+    low, high = args
+    if kind == "randint":
+        if not all(isinstance(a, int) for a in args):
+            bad(f"{where}.randint", f"expected integer bounds, got {args!r}")
+            return None
+        return lambda rng: rng.randint(low, high)
+    if kind == "loguniform":
+        if low <= 0:
+            bad(f"{where}.loguniform", f"bounds must be positive, got {args!r}")
+            return None
+        draw = lambda rng: math.exp(rng.uniform(math.log(low), math.log(high)))  # noqa: E731
+    else:
+        draw = lambda rng: rng.uniform(low, high)  # noqa: E731
+    return (lambda rng: int(round(draw(rng)))) if integer else draw
+
+
+def _parse_derived(value: Any, bad) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        bad("derived", f"expected a mapping of config path to a template, got {value!r}")
+        return {}
+    derived: dict[str, Any] = {}
+    for path, template in value.items():
+        where = f"derived.{path}"
+        if not _check_name(path, where, bad):
+            continue
+        if isinstance(template, str) and expr.REF.search(template):
+            try:
+                expr.parse(template)
+            except expr.ExprError as exc:
+                if not exc.syntax:  # text templates ("${n}MiB") are fine, banned code is not
+                    bad(where, f"{exc} (got {template!r})")
+                    continue
+        derived[str(path)] = template
+    return derived
+
+
+def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        bad("constraints", f"expected a list of {{require: EXPR, reason: TEXT}}, got {value!r}")
+        return []
+    constraints = []
+    for i, item in enumerate(value):
+        where = f"constraints[{i}]"
+        if isinstance(item, str):
+            item = {"require": item}
+        if not isinstance(item, Mapping) or not isinstance(item.get("require"), str) \
+                or set(item) - {"require", "reason"}:
+            bad(where, f"expected {{require: EXPR, reason: TEXT}}, got {item!r}")
+            continue
+        try:
+            expr.parse(item["require"])
+        except expr.ExprError as exc:
+            bad(f"{where}.require", f"{exc} (got {item['require']!r})")
+            continue
+        constraints.append((item["require"], str(item.get("reason") or f"constraint failed: {item['require']}")))
+    return constraints
+
+
+def _check_paths(spec: SweepSpec, data: Mapping) -> None:
+    """Every swept, derived or referenced path must name a field of the base scenario."""
+    from npusim.config.loader import _resolve_with_overrides
+
+    try:
+        defaults = _base_defaults(spec)
+    except ConfigError as exc:
+        raise ConfigError(spec.source, [(f"base ({spec.base_source}): {p}", m)
+                                        for p, m in exc.problems]) from None
+    raw = _resolve_with_overrides(copy.deepcopy(spec.base), spec.set, spec.base_source)
+    swept = set(spec.param_names)
+    problems = []
+
+    def known(path: str, swept_ok: bool) -> bool:
+        return (path.endswith("preset") or (swept_ok and path in swept)
+                or get_path(defaults, path) is not _MISSING or get_path(raw, path) is not _MISSING)
+
+    def check(path: str, where: str, swept_ok: bool = True) -> None:
+        if known(path, swept_ok):
+            return
+        parts = _split(path)
+        parent = get_path(defaults, ".".join(str(p) for p in parts[:-1])) if len(parts) > 1 else defaults
+        options = sorted(parent) if isinstance(parent, Mapping) else []
+        close = difflib.get_close_matches(str(parts[-1]), options, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        problems.append((where, f"no field {path!r} in the base scenario{hint}"))
+
+    for i, axis in enumerate(spec.axes):
+        for path in axis.rows[0] if axis.rows else {}:
+            check(path, f"axes[{i}].{axis.kind}.{path}", swept_ok=False)
+    for path, template in spec.derived.items():
+        check(path, f"derived.{path}", swept_ok=False)
+        for ref in expr.references(template) if isinstance(template, str) else []:
+            check(ref, f"derived.{path}: ${{{ref}}}")
+    for i, (text, _) in enumerate(spec.constraints):
+        node, names = expr.parse(text)
+        for ref in expr.field_paths(node, names):
+            check(ref, f"constraints[{i}].require: {ref}")
+    if problems:
+        raise ConfigError(spec.source, problems)

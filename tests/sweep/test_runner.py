@@ -1,0 +1,122 @@
+"""Running sweeps: local processes and Dask agree, resume skips finished points, a
+failing point is recorded, and a sweep killed with SIGKILL resumes without damage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from npusim.config.presets import REPO_ROOT
+from npusim.sweep import load_results, run_sweep, spec_from_dict
+
+pytestmark = pytest.mark.component
+QUICKSTART = str(REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml")
+GRID = {"base": QUICKSTART, "set": {"run.mode": "analytic"},
+        "axes": [{"grid": {"workload.m": [64, 128, 256],
+                           "hw.core.sram.capacity_bytes": ["16MiB", "32MiB", "64MiB"]}}]}
+
+
+def grid_table(out):
+    return load_results(out).drop(columns="wall_time_s")
+
+
+@pytest.fixture(scope="module")
+def local_grid(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    summary = run_sweep(spec_from_dict(GRID, "grid.yaml"), out, executor="local", workers=2)
+    return out, summary
+
+
+def test_local_grid_runs_every_point(local_grid):
+    out, summary = local_grid
+    assert (summary.total, summary.ok, summary.failed, summary.lost) == (9, 9, 0, 0)
+    frame = load_results(out)
+    assert list(frame["point"]) == list(range(9))
+    assert (frame["status"] == "ok").all()
+    assert {"workload.m", "hw.core.sram.capacity_bytes", "metrics.latency_ps",
+            "metrics.bytes_by_level.hbm", "metrics.memo.hits", "config_hash", "npusim_version",
+            "wall_time_s", "error"} <= set(frame.columns)
+    # larger GEMMs take longer: the metric really depends on the swept parameter
+    by_m = frame.groupby("workload.m")["metrics.latency_ps"].mean()
+    assert by_m.is_monotonic_increasing and by_m.iloc[-1] > by_m.iloc[0]
+    assert (out / "results.parquet").is_file() and not list((out / "parts").glob("*.parquet"))
+
+
+def test_dask_grid_matches_local(local_grid, tmp_path):
+    out = tmp_path / "dask"
+    summary = run_sweep(spec_from_dict(GRID, "grid.yaml"), out, executor="dask", workers=2)
+    assert (summary.ok, summary.lost) == (9, 0)
+    pd.testing.assert_frame_equal(grid_table(out), grid_table(local_grid[0]))
+
+
+def test_serial_matches_and_rerun_resumes(local_grid, tmp_path):
+    out = tmp_path / "serial"
+    run_sweep(spec_from_dict(GRID, "grid.yaml"), out, executor="serial")
+    first = load_results(out)
+    pd.testing.assert_frame_equal(first.drop(columns="wall_time_s"), grid_table(local_grid[0]))
+    again = run_sweep(spec_from_dict(GRID, "grid.yaml"), out, executor="serial")
+    assert (again.skipped_done, again.ok) == (9, 0)
+    pd.testing.assert_frame_equal(load_results(out), first)  # wall times too: not rerun
+
+
+def test_failing_point_is_recorded_and_the_sweep_continues(tmp_path):
+    spec = spec_from_dict({**GRID, "axes": [{"grid": {"workload.cores[3]": [8, 99, 10]}}],
+                           "constraints": [{"require": "${workload.cores[3]} != 10",
+                                            "reason": "core 10 is reserved"}]}, "fail.yaml")
+    summary = run_sweep(spec, tmp_path, executor="local", workers=2)
+    assert (summary.ok, summary.failed, summary.skipped) == (1, 1, 1)
+    frame = load_results(tmp_path).set_index("workload.cores[3]")
+    assert list(frame.loc[[8, 99, 10], "status"]) == ["ok", "failed", "skipped"]
+    assert "core 99 does not exist" in frame.loc[99, "error"]
+    assert frame.loc[10, "error"] == "core 10 is reserved"
+    assert pd.isna(frame.loc[99, "metrics.latency_ps"])
+    # failed points count as finished unless asked to retry
+    assert run_sweep(spec, tmp_path, executor="serial").skipped_done == 3
+    assert run_sweep(spec, tmp_path, executor="serial", retry_failed=True).failed == 1
+
+
+def test_killed_sweep_resumes_without_losing_or_duplicating_points(tmp_path):
+    """SIGKILL mid-run, then re-run: every point exactly once, finished rows unchanged."""
+    spec_path = tmp_path / "slow.yaml"
+    # tlm points take ~0.4 s each, so the kill lands mid-run
+    spec_path.write_text(f"base: {QUICKSTART}\nset: {{run.mode: tlm}}\n"
+                         "axes: {workload.m: [32, 64, 96, 128], workload.tile_n: [128, 256, 512]}\n")
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "npusim.cli", "sweep", str(spec_path), "--out", str(out),
+         "--workers", "1", "-q"], start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list((out / "parts").glob("*.parquet"))) < 3:
+            assert process.poll() is None, "sweep finished before it could be killed"
+            assert time.monotonic() < deadline, "sweep made no progress"
+            time.sleep(0.02)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and its worker processes
+        process.wait()
+    survived = load_results(out)
+    assert 3 <= len(survived) < 12
+    assert survived["key"].is_unique and (survived["status"] == "ok").all()
+
+    summary = run_sweep(spec_path, out, executor="local", workers=2)
+    assert summary.skipped_done == len(survived) and summary.ok == 12 - len(survived)
+    final = load_results(out)
+    assert sorted(final["point"]) == list(range(12)) and final["key"].is_unique
+    kept = final.set_index("key").loc[survived["key"]].reset_index()
+    pd.testing.assert_frame_equal(kept[survived.columns], survived, check_like=False)
+
+
+def test_bad_executor_and_workers_are_user_errors(tmp_path):
+    from npusim.core.errors import NpusimError
+
+    with pytest.raises(NpusimError, match="unknown executor 'spark'"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, executor="spark")
+    with pytest.raises(NpusimError, match="at least 1"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, workers=0)
