@@ -63,6 +63,8 @@ class SegmentMemo:
     misses: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _lazy: dict[tuple, _Entry] = field(default_factory=dict)
+    _canonical_of: dict[tuple[int, ...], dict[int, int]] = field(default_factory=dict)
+    _relabelled: dict[tuple, dict[str, dict[str, int]]] = field(default_factory=dict)
     _keys: dict[int, tuple[TaskGraph, str, dict[int, int]]] = field(default_factory=dict)
 
     def key(self, graph: TaskGraph) -> tuple[str, dict[int, int]]:
@@ -119,7 +121,10 @@ class SegmentMemo:
         and its ``graph`` is ``None`` (callers build the graph only if they need task
         names).  ``compute`` builds, prepares and runs the segment on a miss.
         """
-        mapping = (self.canonical(set(cores)) if self.canonical else None) or {}
+        mapping = self._canonical_of.get(cores)
+        if mapping is None:
+            mapping = (self.canonical(set(cores)) if self.canonical else None) or {}
+            self._canonical_of[cores] = mapping
         where = tuple(mapping.get(core, core) for core in cores)
         entry = self._lazy.get((key, where)) if self.enabled else None
         if entry is None:
@@ -128,13 +133,18 @@ class SegmentMemo:
                 self._lazy[(key, where)] = _Entry(run, mapping)
             return run, False
         self.hits += 1
-        from_canonical = {new: old for old, new in mapping.items()}
-        original_to_here = {old: from_canonical.get(canon, canon)
-                            for old, canon in entry.to_canonical.items()}
         run = entry.run
+        # Relabelled counters are cached per (stored run, placement): a pipeline stage
+        # recurs on the same cores thousands of times in a serving run.
+        relabel_key = (id(entry), cores)
+        stats = self._relabelled.get(relabel_key)
+        if stats is None:
+            from_canonical = {new: old for old, new in mapping.items()}
+            original_to_here = {old: from_canonical.get(canon, canon)
+                                for old, canon in entry.to_canonical.items()}
+            stats = self._relabelled[relabel_key] = relabel_units(run.unit_stats, original_to_here)
         return SegmentRun(None, run.starts, run.ends,  # type: ignore[arg-type]
-                          relabel_units(run.unit_stats, original_to_here),
-                          run.events, run.transactions, run.extra), True
+                          stats, run.events, run.transactions, run.extra), True
 
     @property
     def hit_rate(self) -> float:

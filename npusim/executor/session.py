@@ -36,7 +36,9 @@ class Session:
         self.memo = SegmentMemo(enabled=memoize, canonical=device.canonical_cores)
         self._prepared: dict[int, tuple[TaskGraph, TaskGraph]] = {}
         self.columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
-        self.totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        # Per-unit counters are summed lazily: each distinct stats dict (memo hits share
+        # them) is kept once with the number of times it occurred.
+        self._stat_refs: dict[int, list] = {}
         self.busy_by_op: dict[str, int] = defaultdict(int)
         self.segment_rows: list[tuple] = []
         self.events = self.transactions = 0
@@ -72,14 +74,26 @@ class Session:
         for op, busy in busy_by_op(run).items():
             self.busy_by_op[op] += busy
         self.segment_rows.append((index, label, start_ps, start_ps + run.makespan_ps, reused))
-        for unit, stats in run.unit_stats.items():
-            target = self.totals[unit]
-            for name, value in stats.items():
-                target[name] += value
+        ref = self._stat_refs.get(id(run.unit_stats))
+        if ref is None:
+            self._stat_refs[id(run.unit_stats)] = [run.unit_stats, 1]
+        else:
+            ref[1] += 1
         if not reused:  # a memo hit replays timing without processing any event
             self.events += run.events
             self.transactions += run.transactions
         return run
+
+    @property
+    def totals(self) -> dict[str, dict[str, int]]:
+        """Counters of every unit summed over every recorded segment."""
+        totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for stats, count in self._stat_refs.values():
+            for unit, values in stats.items():
+                target = totals[unit]
+                for name, value in values.items():
+                    target[name] += value * count
+        return totals
 
     def unit_stats(self) -> dict[str, dict[str, int]]:
         return {unit: dict(stats) for unit, stats in sorted(self.totals.items())}

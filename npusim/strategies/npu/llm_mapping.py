@@ -19,7 +19,7 @@ groups are recognised by the memo as the same segment.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from npusim.core import registry
@@ -167,10 +167,16 @@ def _phase_metrics(phases: list[str], ends: list[int], config) -> dict[str, Any]
 class _Builder:
     """Builds the task graphs of stages and of the LM head."""
 
-    def __init__(self, device, model, config, strategy, width: int, kv_dtype: int):
+    def __init__(self, device, model, config, strategy, width: int, kv_dtype: int,
+                 merge_decode: bool = False):
         self.device, self.model, self.config = device, model, config
         self.strategy, self.width, self.kv_dtype = strategy, width, kv_dtype
         self.has_hbm = device.config.hbm is not None
+        # Serving batches hold many decode sequences of different lengths: merging their
+        # attention into one op per kind (keys summed) keeps FLOPs and KV bytes exact
+        # and makes batches with the same totals share one simulated segment.
+        self.merge_decode = merge_decode
+        self._spill: dict[int, tuple[float, float]] = {}
 
     # -- stages ----------------------------------------------------------------------
     def stage(self, group: Group, previous: Group | None, plan: StagePlan,
@@ -200,6 +206,8 @@ class _Builder:
                chunks: tuple[SequenceChunk, ...], layer: int, ready: Ready) -> Ready:
         ops = layer_ops(self.model, chunks, self.config.dtype_bytes, layer=layer,
                         kv_dtype_bytes=self.kv_dtype)
+        if self.merge_decode:
+            ops = self._merged(ops, chunks, plan)
         produced: dict[str, Ready] = {}
         previous: Ready = ready
         for op in ops:
@@ -212,6 +220,45 @@ class _Builder:
                 produced[op.label] = out
             previous = out
         return previous
+
+    def _merged(self, ops: list[LayerOp], chunks: tuple[SequenceChunk, ...],
+                plan: StagePlan) -> list[LayerOp]:
+        """``ops`` with the per-sequence attention of all decode sequences merged into one
+        op per kind: keys (QK^T columns, AV rows), softmax elements and KV bytes summed."""
+        decode = [i for i, c in enumerate(chunks) if c.new_tokens == 1]
+        if len(decode) < 2:
+            return ops
+        first = decode[0]
+        members = set(decode)
+        merged: dict[str, LayerOp] = {}
+        out: list[LayerOp] = []
+        for op in ops:
+            if op.seq is None or op.seq not in members:
+                out.append(op)
+                continue
+            if op.name not in merged:
+                merged[op.name] = op
+                out.append(op)  # placeholder, replaced below
+                continue
+            base = merged[op.name]
+            inner = base.op
+            if op.name == "attn_qk":
+                inner = replace(inner, n=inner.n + op.op.n)
+            elif op.name == "attn_av":
+                inner = replace(inner, k=inner.k + op.op.k)
+            else:
+                inner = replace(inner, elements=inner.elements + op.op.elements)
+            merged[op.name] = replace(base, op=inner,
+                                      kv_read_bytes=base.kv_read_bytes + op.kv_read_bytes,
+                                      kv_write_bytes=base.kv_write_bytes + op.kv_write_bytes)
+        reads = sum(c.context_len for i, c in enumerate(chunks) if i in members)
+        spilled_reads = sum(c.context_len * plan.kv_read_hbm_fraction(c.context_len)
+                            for i, c in enumerate(chunks) if i in members)
+        writes = sum(plan.kv_write_hbm_fraction(c.context_len, 1)
+                     for i, c in enumerate(chunks) if i in members)
+        self._spill[first] = (spilled_reads / reads if reads else 0.0, writes / len(members))
+        return [merged[op.name] if op.seq == first and op.name in merged else op
+                for op in out]
 
     def _deps(self, op: LayerOp, produced: dict[str, Ready], previous: Ready) -> Ready:
         names = INPUTS.get(op.name)
@@ -258,7 +305,8 @@ class _Builder:
         share = Op("gemm", m=op.op.m, k=op.op.k, n=op.op.n, batch=-(-op.op.batch // tp),
                    dtype_bytes=op.op.dtype_bytes, name=op.name)
         chunk = self.chunks[op.seq or 0]
-        spilled = plan.kv_read_hbm_fraction(chunk.context_len)
+        spilled = (self._spill[op.seq][0] if op.seq in self._spill
+                   else plan.kv_read_hbm_fraction(chunk.context_len))
         out: Ready = {}
         for core in group.cores:
             waits = list(deps[core])
@@ -273,7 +321,8 @@ class _Builder:
     def _kv_write(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
         tp = len(group.cores)
         chunk = self.chunks[op.seq or 0]
-        spilled = plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens)
+        spilled = (self._spill[op.seq][1] if op.seq in self._spill
+                   else plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens))
         out: Ready = {}
         for core in group.cores:
             hbm_bytes = int(op.kv_write_bytes * spilled) // tp

@@ -37,6 +37,7 @@ class StagePlan:
     lm_head_in_sram: bool = False
     sram_used_bytes: dict[str, int] = field(default_factory=dict)
     hbm_weight_bytes: int = 0        # per core
+    kv_capacity_tokens: int = 0      # KV tokens (all sequences) SRAM blocks + HBM ring hold
 
     def kv_read_hbm_fraction(self, context_len: int) -> float:
         """Share of a read of ``context_len`` cached tokens that comes from HBM."""
@@ -69,8 +70,14 @@ def _largest_activation_bytes(model, config) -> int:
     return tokens * width * config.dtype_bytes
 
 
-def plan_stages(device, model, config, layer_ranges: list[range], groups, all_cores) -> list[StagePlan]:
-    """One :class:`StagePlan` per stage; raises :class:`MappingError` if the model cannot fit."""
+def plan_stages(device, model, config, layer_ranges: list[range], groups, all_cores,
+                kv_sram_tokens: int | None = None) -> list[StagePlan]:
+    """One :class:`StagePlan` per stage; raises :class:`MappingError` if the model cannot fit.
+
+    SRAM is offered KV for ``kv_sram_tokens`` tokens (default: the whole run's
+    ``batch x total_len``), before weights; at least one request of ``total_len`` tokens
+    must fit in SRAM + HBM.
+    """
     hw = device.config
     tp = config.tp
     sram_bytes = hw.core.sram.capacity_bytes
@@ -101,8 +108,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
         tokens = config.batch * config.total_len
         core_plan = plan_core_memory(
             sram_capacity_bytes=sram_bytes, hbm_capacity_bytes=max(0, hbm_bytes - embedding),
-            buffer_bytes=buffers,
-            weights=weights, kv_bytes_per_token=kv_per_token, kv_sram_tokens=tokens,
+            buffer_bytes=buffers, weights=weights, kv_bytes_per_token=kv_per_token,
+            kv_sram_tokens=tokens if kv_sram_tokens is None else kv_sram_tokens,
             min_kv_tokens=tokens, core=groups[index].cores[0])
         resident = {name for name, _ in core_plan.sram_weights}
         plans.append(StagePlan(
@@ -115,7 +122,9 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
             sram_used_bytes={"buffers": core_plan.buffer_bytes,
                              "kv": core_plan.kv_sram_bytes,
                              "weights": core_plan.sram_weight_bytes},
-            hbm_weight_bytes=core_plan.hbm_weight_bytes))
+            hbm_weight_bytes=core_plan.hbm_weight_bytes,
+            kv_capacity_tokens=core_plan.kv_sram_tokens
+            + core_plan.hbm_kv_capacity_bytes // max(1, kv_per_token)))
     return plans
 
 

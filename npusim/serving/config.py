@@ -1,0 +1,141 @@
+"""The ``kind: serving`` workload: a request trace served by an iteration-level engine.
+
+```yaml
+workload:
+  kind: serving
+  model: qwen3_4b
+  trace: {file: traces/ratio_1_1_32.csv}          # or a generator (see docs/traces.md)
+  scheduler: {kind: chunked_prefill, token_budget: 512}
+  pd: {mode: fusion, tp: 4}                        # or mode: disaggregation
+  slo: {ttft_ms: 1000, tbt_ms: 100}
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from npusim.core.errors import NpusimError
+from npusim.core.registry import PartConfig, register
+from npusim.core.units import Bytes
+from npusim.workload.llm import _named_part
+from npusim.workload.trace_generators import TraceSpec
+
+
+class PdConfig(BaseModel):
+    """How prefill and decode share the chip (NpuSim §4.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["fusion", "disaggregation"] = Field(
+        "fusion", description="'fusion': the same cores run prefill and decode (TP for "
+                              "both, chunked prefill mixes them); 'disaggregation': "
+                              "separate prefill and decode cores, KV sent over the NoC.")
+    tp: int = Field(4, ge=1, description="Cores per pipeline stage (TP group).")
+    cores: int | None = Field(None, ge=1, description="Fusion: cores used (default: all, "
+                                                      "rounded down to a multiple of tp).")
+    dp: int = Field(1, ge=1, description="Fusion: data-parallel replicas (each a pipeline "
+                                         "holding the whole model).")
+    prefill_cores: int | None = Field(None, ge=1, description="Disaggregation: cores for "
+                                                              "prefill (e.g. 42 of 63).")
+    decode_cores: int | None = Field(None, ge=1, description="Disaggregation: cores for "
+                                                             "decode (e.g. 21 of 63).")
+    prefill_tp: int | None = Field(None, ge=1, description="TP of prefill stages (default tp).")
+    decode_tp: int | None = Field(None, ge=1, description="TP of decode stages (default tp).")
+    prefill_dp: int = Field(1, ge=1, description="Prefill replicas (DP-prioritised: more "
+                                                 "replicas, fewer stages each).")
+    decode_dp: int = Field(1, ge=1, description="Decode replicas.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PdConfig":
+        if self.mode == "disaggregation" and (self.prefill_cores is None or self.decode_cores is None):
+            raise ValueError("disaggregation needs pd.prefill_cores and pd.decode_cores")
+        return self
+
+
+class SloConfig(BaseModel):
+    """Service-level objectives for goodput."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: float = Field(2000.0, gt=0, description="A request meets the SLO if its TTFT "
+                                                      "is at most this (ms)...")
+    tbt_ms: float = Field(200.0, gt=0, description="... and its mean TBT at most this (ms).")
+
+
+class ServingWorkloadConfig(PartConfig):
+    """Serve a request trace with an iteration-level scheduler."""
+
+    kind: Literal["serving"] = "serving"
+    model: str = Field(description="Shipped model name or a path to a Hugging Face config.json.")
+    trace: TraceSpec = Field(description="Requests: a file (CSV/JSONL/Azure) or a generator.")
+    scheduler: Any = Field("chunked_prefill", description="Iteration policy by name or "
+                                                          "{kind: ...}: static, continuous, "
+                                                          "chunked_prefill.")
+    pd: PdConfig = Field(default_factory=PdConfig, description="PD fusion or disaggregation.")
+    placement: Any = Field("ring", description="Core placement of every TP group by name.")
+    partition: Any = Field("k", description="GEMM partition by name (mn, k, mnk).")
+    dtype_bytes: int = Field(2, ge=1, le=8, description="Weight/activation bytes per element.")
+    kv_dtype_bytes: int | None = Field(None, ge=1, le=8, description="KV bytes per element.")
+    kv_reservation: Literal["max_length", "incremental"] = Field(
+        "max_length", description="'max_length': admission reserves prompt + output tokens "
+                                  "(NpuSim's per-request HBM buffer), no preemption; "
+                                  "'incremental': reserve as tokens arrive, preempt when full.")
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute", description="What a preempted request loses: 'recompute' drops its KV "
+                                 "and prefills prompt + generated tokens again.")
+    kv_sram_fraction: float = Field(
+        0.25, ge=0, le=1, description="Share of each core's SRAM (after buffers) offered to "
+                                      "KV blocks before weights (assumption; NpuSim tunes "
+                                      "this split per model).")
+    kv_bucket_tokens: int = Field(
+        64, ge=1, description="Context lengths are rounded up to this many tokens when "
+                              "timing an iteration, so similar iterations share one "
+                              "simulated segment (over-estimates attention slightly).")
+    slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
+    weight_tile_bytes: Bytes = Field(4 << 20, gt=0, description="Weight tile streamed from HBM.")
+    stream_chunk_bytes: Bytes = Field(256 << 10, gt=0, description="Burst group of bulk streams.")
+
+    @field_validator("model")
+    @classmethod
+    def _model_exists(cls, value: str) -> str:
+        from npusim.workload.models import load_model
+
+        try:
+            load_model(value)
+        except NpusimError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("scheduler")
+    @classmethod
+    def _scheduler(cls, value: Any) -> Any:
+        return _named_part("scheduler", value)
+
+    @field_validator("placement")
+    @classmethod
+    def _placement(cls, value: Any) -> Any:
+        return _named_part("placement", value)
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, value: Any) -> Any:
+        return _named_part("partition", value)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServingWorkloadConfig":
+        if self.preemption == "swap":
+            raise ValueError("preemption 'swap' needs a memory tier below the replica's KV "
+                             "(host DRAM); the NPU keeps KV in its own SRAM and HBM, so use "
+                             "'recompute'")
+        return self
+
+
+@register("workload", ServingWorkloadConfig)
+def lower_serving(device, config: ServingWorkloadConfig, seed: int = 0):
+    """The serving driver for ``device`` (it schedules segments itself)."""
+    from npusim.serving.engine import ServingDriver
+
+    return ServingDriver(device, config, seed)

@@ -1,0 +1,266 @@
+"""The iteration-level serving engine (NpuSim §3.2, §4.3; Orca/vLLM-style iterations).
+
+Discrete events over integer picoseconds: request arrivals, a replica's first stage
+becoming free, an iteration finishing, KV arriving at a decode replica.  Whenever a
+replica's first stage is free, its scheduler (policy only) forms the next micro-batch
+from requests that are not already in flight; the replica's backend turns it into one
+segment per pipeline stage (plus the LM head), the session times them, and the batch
+flows through the pipeline: stage ``k`` starts when stage ``k-1`` has finished this
+batch *and* stage ``k`` has finished the previous one.  So up to ``stages`` micro-batches
+(disjoint sets of requests) overlap, as in NpuSim's pipelined serving.
+
+Every request ends ``finished`` or ``rejected`` with a reason; the counts are checked.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from pathlib import Path
+from typing import Any, Callable
+
+from npusim.config.presets import REPO_ROOT
+from npusim.core import registry
+from npusim.core.errors import MappingError
+from npusim.serving.metrics import summarise
+from npusim.serving.npu_backend import Replica, build_replicas, kv_transfer_graph
+from npusim.serving.state import Entry, RequestState, SchedulerView
+from npusim.workload.models import load_model
+from npusim.workload.program import DriveOutcome
+
+
+class ServingDriver:
+    """Drives a session through a whole trace (returned by the ``serving`` workload)."""
+
+    def __init__(self, device, config, seed: int = 0):
+        self.device, self.config, self.seed = device, config, seed
+        if getattr(device.config, "kind", None) != "npu":
+            raise MappingError(f"serving has no backend for device kind "
+                               f"{getattr(device.config, 'kind', '?')!r} yet (supported: npu)")
+        self.model = load_model(config.model)
+        self.trace = config.trace.build(base_dir=REPO_ROOT, default_seed=seed)
+        longest = max((r.prompt_tokens + r.output_tokens for r in self.trace), default=1)
+        self.replicas = build_replicas(device, config, self.model, longest)
+        scheduler_cls = registry.lookup("scheduler", config.scheduler.kind).impl
+        self.schedulers = {r.index: scheduler_cls(config.scheduler) for r in self.replicas}
+        kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
+        self.kv_bytes_per_token_layer = 2 * self.model.kv_size * kv_dtype
+
+    # -- the event loop ------------------------------------------------------------------
+    def drive(self, session, progress: Callable[[int, int], None] | None = None) -> DriveOutcome:
+        states = [RequestState(r, ready_ps=r.arrival_ps) for r in self.trace]
+        reps = self.replicas
+        stage_free = {r.index: [0] * (len(r.groups) + 1) for r in reps}
+        kv_used = {r.index: 0 for r in reps}
+        in_flight = {r.index: 0 for r in reps}
+        pending_decode: dict[int, list[RequestState]] = {r.index: [] for r in reps}
+        iterations = {r.index: 0 for r in reps}
+        counter = itertools.count()
+        events: list[tuple[int, int, str, Any]] = []
+        for state in states:
+            heapq.heappush(events, (state.request.arrival_ps, next(counter), "arrive", state))
+        arrived: list[RequestState] = []
+        done_count = 0
+        last_ps = 0
+        scheduled_wake: dict[int, int] = {}
+        prefill_role = "prefill" if any(r.role == "prefill" for r in reps) else "fused"
+        capacity = {r.index: r.kv_capacity_tokens for r in reps}
+        reserve_max = self.config.kv_reservation == "max_length"
+
+        def kv_need(state: RequestState) -> int:
+            return state.max_tokens if reserve_max else state.prompt_target
+
+        def views(replica: Replica, now: int) -> SchedulerView:
+            if replica.role == "decode":
+                waiting: list[RequestState] = []
+            else:
+                waiting = [s for s in arrived if not s.in_flight and not s.finished
+                           and not s.rejected and not s.prefill_done
+                           and (s.replica is None or s.replica == replica.index)]
+            running = [s for s in arrived if not s.in_flight and not s.finished
+                       and s.prefill_done and s.replica == replica.index
+                       and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
+            return SchedulerView(now, waiting, running, capacity[replica.index] - kv_used[replica.index],
+                                 reserve_max, in_flight[replica.index], replica.role)
+
+        def finish(state: RequestState, now: int) -> None:
+            nonlocal done_count
+            state.finish_ps = now
+            if state.admitted and state.replica is not None:
+                kv_used[state.replica] -= state.kv_reserved
+            state.admitted = False
+            done_count += 1
+            if progress is not None:
+                progress(done_count, len(states))
+
+        def reject(state: RequestState, reason: str) -> None:
+            nonlocal done_count
+            state.rejected = reason
+            done_count += 1
+
+        def launch(replica: Replica, now: int) -> bool:
+            view = views(replica, now)
+            entries = self.schedulers[replica.index].schedule(view)
+            if not entries:
+                return False
+            entries = self._grow_or_preempt(replica, entries, kv_used, capacity, reserve_max)
+            if not entries:
+                return False
+            for entry in entries:
+                state = entry.state
+                if not state.admitted:
+                    need = kv_need(state)
+                    kv_used[replica.index] += need
+                    state.kv_reserved = need
+                    state.admitted = True
+                    state.replica = replica.index
+                state.in_flight = True
+            segments = replica.segments(entries, self.config.kv_bucket_tokens)
+            free = stage_free[replica.index]
+            start = now
+            for position, (label, segment) in enumerate(segments):
+                begin = max(start, free[position])
+                run = session.run(segment, f"it{iterations[replica.index]}/{label}", begin)
+                start = free[position] = begin + run.makespan_ps
+            iterations[replica.index] += 1
+            in_flight[replica.index] += 1
+            heapq.heappush(events, (start, next(counter), "done", (replica, entries)))
+            heapq.heappush(events, (free[0], next(counter), "wake", replica))
+            scheduled_wake[replica.index] = free[0]
+            return True
+
+        def try_launch(now: int) -> None:
+            for replica in reps:
+                if stage_free[replica.index][0] > now:
+                    if scheduled_wake.get(replica.index) != stage_free[replica.index][0]:
+                        heapq.heappush(events, (stage_free[replica.index][0], next(counter),
+                                                "wake", replica))
+                        scheduled_wake[replica.index] = stage_free[replica.index][0]
+                    continue
+                launch(replica, now)
+
+        while events:
+            now, _, kind, payload = heapq.heappop(events)
+            last_ps = max(last_ps, now)
+            if kind == "arrive":
+                state = payload
+                reason = self._admissible(state, capacity, prefill_role)
+                if reason:
+                    reject(state, reason)
+                else:
+                    arrived.append(state)
+            elif kind == "done":
+                replica, entries = payload
+                in_flight[replica.index] -= 1
+                for entry in entries:
+                    self._complete(entry, replica, now, kv_used, reserve_max, finish,
+                                   pending_decode, session, events, counter)
+            elif kind == "kv_ready":
+                state, target = payload
+                pending_decode[target.index].append(state)
+            # Decode replicas admit handed-over requests while their KV fits.
+            for replica in reps:
+                queue = pending_decode[replica.index]
+                while queue and capacity[replica.index] - kv_used[replica.index] >= queue[0].max_tokens:
+                    state = queue.pop(0)
+                    kv_used[replica.index] += state.max_tokens
+                    state.kv_reserved = state.max_tokens
+                    state.admitted, state.replica, state.ready_ps = True, replica.index, now
+            # Several events may share a timestamp: launch once they are all applied.
+            if not events or events[0][0] > now:
+                try_launch(now)
+            arrived = [s for s in arrived if not s.finished]
+
+        unfinished = [s for s in states if not s.finished and not s.rejected]
+        for state in unfinished:  # nothing left to run them: say why instead of hiding them
+            reject(state, "never scheduled: KV or batch limits left no room for it")
+        finished = sum(1 for s in states if s.finished)
+        rejected = sum(1 for s in states if s.rejected)
+        assert finished + rejected == len(states), "request conservation violated"
+        rows, metrics = summarise(states, self, session, last_ps)
+        metrics.update({"requests_total": len(states), "requests_finished": finished,
+                        "requests_rejected": rejected,
+                        "iterations": sum(iterations.values())})
+        info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
+                "scheduler": self.config.scheduler.kind,
+                "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
+                              "kv_capacity_tokens": r.kv_capacity_tokens} for r in reps]}
+        return DriveOutcome(last_ps, len(session.segment_rows), info, metrics, {"requests": rows})
+
+    # -- helpers -------------------------------------------------------------------------
+    def _admissible(self, state: RequestState, capacity: dict[int, int], role: str) -> str:
+        limit = max(capacity.values())
+        if state.max_tokens > limit:
+            return (f"needs KV for {state.max_tokens} tokens; a replica holds at most {limit}")
+        if self.config.scheduler.kind != "chunked_prefill" and \
+                state.request.prompt_tokens > self.config.scheduler.max_batch_tokens:
+            return (f"prompt of {state.request.prompt_tokens} tokens exceeds "
+                    f"scheduler.max_batch_tokens={self.config.scheduler.max_batch_tokens} "
+                    "and this scheduler does not chunk prompts")
+        return ""
+
+    def _grow_or_preempt(self, replica: Replica, entries: list[Entry], kv_used, capacity,
+                         reserve_max: bool) -> list[Entry]:
+        """Incremental KV: each decode needs one more token; preempt the newest decodes
+        (recompute) until the rest fit."""
+        if reserve_max:
+            return entries
+        growth = sum(1 for e in entries if e.state.prefill_done)
+        free = capacity[replica.index] - kv_used[replica.index]
+        if growth <= free:
+            for entry in entries:
+                if entry.state.prefill_done:
+                    entry.state.kv_reserved += 1
+                    kv_used[replica.index] += 1
+            return entries
+        decoding = [e for e in entries if e.state.prefill_done]
+        victims = sorted(decoding, key=lambda e: e.state.request.arrival_ps, reverse=True)
+        kept = list(entries)
+        for victim in victims:
+            if growth <= free:
+                break
+            state = victim.state
+            kept.remove(victim)
+            growth -= 1
+            kv_used[replica.index] -= state.kv_reserved
+            free += state.kv_reserved
+            state.kv_reserved = state.kv_tokens = state.prefilled = 0
+            state.recompute_tokens = state.generated
+            state.preempted += 1
+            state.admitted = False
+        for entry in kept:
+            if entry.state.prefill_done:
+                entry.state.kv_reserved += 1
+                kv_used[replica.index] += 1
+        return kept
+
+    def _complete(self, entry: Entry, replica: Replica, now: int, kv_used, reserve_max,
+                  finish, pending_decode, session, events, counter) -> None:
+        state = entry.state
+        state.in_flight = False
+        state.kv_tokens += entry.new_tokens
+        if not state.prefill_done:
+            state.prefilled += entry.new_tokens
+        if not entry.samples:
+            return
+        state.generated += 1
+        state.token_times_ps.append(now)
+        if state.first_token_ps is None:
+            state.first_token_ps = now
+        if state.generated >= state.request.output_tokens:
+            finish(state, now)
+            return
+        if replica.role == "prefill":
+            # Hand over to the decode replica with the most free KV; KV moves over the NoC.
+            targets = [r for r in self.replicas if r.role == "decode"]
+            target = min(targets, key=lambda r: (len(pending_decode[r.index]), r.index))
+            graph = kv_transfer_graph(replica, target, state.kv_tokens, self.kv_bytes_per_token_layer)
+            run = session.run(graph, f"kv {state.id} r{replica.index}->r{target.index}", now)
+            kv_used[replica.index] -= state.kv_reserved
+            state.kv_reserved = 0
+            state.admitted = False
+            state.replica = None
+            heapq.heappush(events, (now + run.makespan_ps, next(counter), "kv_ready", (state, target)))
+
+
+__all__ = ["ServingDriver", "Path"]

@@ -1,0 +1,83 @@
+"""Per-request table and serving summaries: latency percentiles, throughput, goodput,
+utilisation per core group and throughput per mm²."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from npusim.hw.area import npu_area_mm2
+from npusim.serving.state import RequestState
+
+PERCENTILES = (50, 90, 99)
+
+
+def _summary(values: list[float], prefix: str) -> dict[str, float]:
+    if not values:
+        return {f"{prefix}_{p}": 0.0 for p in ("mean", *[f"p{q}" for q in PERCENTILES])}
+    array = np.asarray(values, dtype=float)
+    out = {f"{prefix}_mean": float(array.mean())}
+    for q in PERCENTILES:
+        out[f"{prefix}_p{q}"] = float(np.percentile(array, q))
+    return out
+
+
+def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
+    """One row per request, in trace order (times in ps; empty when not reached)."""
+    rows = []
+    for s in states:
+        r = s.request
+        gaps = np.diff(s.token_times_ps) if len(s.token_times_ps) > 1 else []
+        rows.append({
+            "request_id": r.request_id, "arrival_ps": r.arrival_ps,
+            "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+            "status": "finished" if s.finished else "rejected", "reason": s.rejected,
+            "first_token_ps": s.first_token_ps, "finish_ps": s.finish_ps,
+            "ttft_ps": None if s.first_token_ps is None else s.first_token_ps - r.arrival_ps,
+            "e2e_ps": None if s.finish_ps is None else s.finish_ps - r.arrival_ps,
+            "mean_tbt_ps": float(np.mean(gaps)) if len(gaps) else None,
+            "generated": s.generated, "preempted": s.preempted,
+            "token_times_ps": " ".join(map(str, s.token_times_ps)),
+        })
+    return rows
+
+
+def summarise(states: list[RequestState], driver, session, makespan_ps: int
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(rows, metrics)`` for a finished serving run."""
+    rows = request_rows(states)
+    done = [s for s in states if s.finished]
+    ms = 1e-9  # ps -> ms
+    ttft = [(s.first_token_ps - s.request.arrival_ps) * ms for s in done]
+    e2e = [(s.finish_ps - s.request.arrival_ps) * ms for s in done]
+    tbt = [float(g) * ms for s in done for g in np.diff(s.token_times_ps)]
+    seconds = makespan_ps / 1e12 if makespan_ps else 0.0
+    tokens = sum(s.generated for s in done)
+    slo = driver.config.slo
+    good = [s for s in done
+            if (s.first_token_ps - s.request.arrival_ps) * ms <= slo.ttft_ms
+            and (np.mean(np.diff(s.token_times_ps)) * ms if len(s.token_times_ps) > 1 else 0.0)
+            <= slo.tbt_ms]
+    metrics: dict[str, Any] = {}
+    metrics.update(_summary(ttft, "ttft_ms"))
+    metrics.update(_summary(tbt, "tbt_ms"))
+    metrics.update(_summary(e2e, "e2e_ms"))
+    metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0
+    metrics["throughput_requests_per_s"] = len(done) / seconds if seconds else 0.0
+    metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0
+    metrics["slo_attainment"] = len(good) / len(done) if done else 0.0
+    metrics["preemptions"] = sum(s.preempted for s in states)
+    area = npu_area_mm2(driver.device.config)
+    metrics["area_mm2"] = area
+    metrics["throughput_tokens_per_s_per_mm2"] = (metrics["throughput_tokens_per_s"] / area["total"]
+                                                  if area["total"] else 0.0)
+    # Utilisation of each role's systolic arrays over the run.
+    totals = session.totals  # computed once: a sum over every distinct segment
+    util = {}
+    for replica in driver.replicas:
+        busy = sum(totals.get(f"core{c}.sa", {}).get("busy_ps", 0) for c in replica.cores)
+        key = f"{replica.role}{replica.index}"
+        util[key] = busy / (len(replica.cores) * makespan_ps) if makespan_ps else 0.0
+    metrics["sa_utilisation_by_replica"] = util
+    return rows, metrics

@@ -1,0 +1,181 @@
+"""The NPU as a serving backend: replicas of pipeline stages and what an iteration costs.
+
+A *replica* is one pipeline (``stages`` TP groups) holding the whole model; PD fusion
+uses ``dp`` replicas over the chip, PD disaggregation a set of prefill replicas on the
+sides of the mesh and decode replicas in the centre (NpuSim Fig. 6).  The engine asks a
+replica for the segments of an iteration (one per stage plus the LM head) and times
+them through the session; it never sees the task graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from npusim.core import registry
+from npusim.core.errors import MappingError
+from npusim.mapping.taskgraph import TaskGraph
+from npusim.serving.state import Entry
+from npusim.strategies.npu.llm_mapping import _Builder, _plan_key, split_layers
+from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
+from npusim.strategies.npu.partition import get_partition
+from npusim.strategies.npu.placement import Group
+from npusim.workload.layer_ops import SequenceChunk
+from npusim.workload.program import LazySegment
+
+
+@dataclass
+class Replica:
+    """One pipeline: its stage groups, memory plans and graph builder."""
+
+    index: int
+    role: str                      # "fused", "prefill" or "decode"
+    groups: list[Group]
+    plans: list[StagePlan]
+    builder: _Builder
+    model: object
+
+    @property
+    def cores(self) -> tuple[int, ...]:
+        return tuple(core for group in self.groups for core in group.cores)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV tokens every stage can hold (the smallest stage decides)."""
+        return min(plan.kv_capacity_tokens for plan in self.plans)
+
+    def segments(self, entries: list[Entry], bucket: int) -> list[tuple[str, LazySegment]]:
+        """``(label, segment)`` per pipeline stage, then the LM head if a token is sampled."""
+        chunks = _bucketed(entries, bucket)
+        shape = _shape_key(chunks)
+        out = []
+        for index, (group, plan) in enumerate(zip(self.groups, self.plans)):
+            previous = self.groups[index - 1] if index else None
+            cores = (previous.cores if previous else ()) + group.cores
+            label = f"r{self.index}.stage{index}"
+            out.append((label, LazySegment(
+                ("serve-stage", previous is None, _plan_key(self.model, plan), shape), cores,
+                functools.partial(self.builder.stage, group, previous, plan, chunks, label),
+                label)))
+        if any(c.sample for c in chunks):
+            cores = self.groups[-1].cores + self.cores
+            everyone = Group(self.cores)
+            out.append((f"r{self.index}.lm_head", LazySegment(
+                ("serve-lm_head", self.plans[-1].lm_head_in_sram, shape), cores,
+                functools.partial(self.builder.lm_head, self.groups[-1], everyone,
+                                  self.plans[-1], chunks), f"r{self.index}.lm_head")))
+        return out
+
+
+def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
+    """Chunks in a canonical order (prefills by size, then decodes) with contexts
+    rounded up to ``bucket`` tokens: iterations that differ only inside a bucket share
+    one timed segment."""
+    def ctx(value: int) -> int:
+        return -(-value // bucket) * bucket
+    prefills = sorted((e.new_tokens, ctx(e.context_len), e.samples)
+                      for e in entries if e.new_tokens > 1 or e.context_len == 0)
+    decodes = sorted(ctx(e.context_len) for e in entries if e.new_tokens == 1 and e.context_len > 0)
+    return (tuple(SequenceChunk(n, c, s) for n, c, s in prefills)
+            + tuple(SequenceChunk(1, c, True) for c in decodes))
+
+
+def _shape_key(chunks: tuple[SequenceChunk, ...]) -> tuple:
+    prefills = tuple((c.new_tokens, c.context_len, c.sample) for c in chunks if c.new_tokens > 1
+                     or c.context_len == 0)
+    decodes = [c.context_len for c in chunks if c.new_tokens == 1 and c.context_len > 0]
+    # Decode attention is merged (keys summed), so only the count and the total matter.
+    return prefills, len(decodes), sum(decodes)
+
+
+def build_replicas(device, config, model, max_request_tokens: int) -> list[Replica]:
+    """Cut the chip into replicas as ``config.pd`` says; plan each one's memory."""
+    noc = device.config.noc
+    width, height, total = noc.width, noc.height, device.num_cores
+    pd = config.pd
+    place = registry.lookup("placement", config.placement.kind).impl
+    layers = model.num_hidden_layers
+    roles: list[tuple[str, int, int, int]] = []  # (role, cores, tp, dp)
+    if pd.mode == "fusion":
+        cores = pd.cores or total
+        roles.append(("fused", cores, pd.tp, pd.dp))
+    else:
+        if pd.prefill_cores + pd.decode_cores > total:
+            raise MappingError(f"workload.pd: prefill_cores + decode_cores = "
+                               f"{pd.prefill_cores + pd.decode_cores} exceeds the chip's {total} cores")
+        roles.append(("prefill", pd.prefill_cores, pd.prefill_tp or pd.tp, pd.prefill_dp))
+        roles.append(("decode", pd.decode_cores, pd.decode_tp or pd.tp, pd.decode_dp))
+    replicas: list[Replica] = []
+    taken: set[int] = set()
+    # Decode replicas take the groups nearest the mesh centre, prefill the sides (Fig. 6).
+    for role, cores, tp, dp in sorted(roles, key=lambda r: r[0] != "decode"):
+        if cores < tp * dp:
+            raise MappingError(f"workload.pd: {role} needs at least tp x dp = {tp * dp} cores, got {cores}")
+        groups_total = total // tp
+        candidates = [g for g in place(width, height, tp, groups_total, config=config.placement)
+                      if not taken.intersection(g.cores)]
+        cx, cy = (width - 1) / 2, (height - 1) / 2
+        candidates.sort(key=lambda g: sum(abs(c % width - cx) + abs(c // width - cy)
+                                          for c in g.cores) / len(g.cores))
+        if role != "decode":
+            candidates.reverse()
+        stages = min(cores // tp // dp, layers)
+        if stages < 1:
+            raise MappingError(f"workload.pd: {cores} {role} cores make no TP group of {tp}")
+        chosen = candidates[:stages * dp]
+        if len(chosen) < stages * dp:
+            raise MappingError(f"workload.pd: cannot place {stages * dp} {role} groups of {tp} "
+                               f"cores on the cores left ({len(candidates)} groups free)")
+        # Keep pipeline neighbours adjacent: order the chosen groups as the placement did.
+        order = {g.cores: i for i, g in enumerate(place(width, height, tp, groups_total,
+                                                        config=config.placement))}
+        chosen.sort(key=lambda g: order[g.cores])
+        for g in chosen:
+            taken.update(g.cores)
+        for r in range(dp):
+            replicas.append(_replica(device, config, model, role, len(replicas),
+                                     chosen[r * stages:(r + 1) * stages], tp, max_request_tokens))
+    return replicas
+
+
+def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,
+             max_request_tokens: int) -> Replica:
+    iteration_tokens = min(config.scheduler.max_batch_tokens,
+                           getattr(config.scheduler, "token_budget", config.scheduler.max_batch_tokens))
+    shim = SimpleNamespace(
+        dtype_bytes=config.dtype_bytes, kv_dtype_bytes=config.kv_dtype_bytes, tp=tp,
+        prefill_chunk=iteration_tokens, prompt_len=iteration_tokens,
+        batch=1, total_len=max_request_tokens, weight_tile_bytes=config.weight_tile_bytes,
+        stream_chunk_bytes=config.stream_chunk_bytes)
+    everyone = Group(tuple(core for group in groups for core in group.cores))
+    ranges = split_layers(model.num_hidden_layers, len(groups))
+    sram = device.config.core.sram.capacity_bytes
+    kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
+    per_token = 2 * model.kv_size * kv_dtype * max(len(r) for r in ranges) / tp
+    kv_sram_tokens = int(config.kv_sram_fraction * sram / max(per_token, 1))
+    plans = plan_stages(device, model, shim, ranges, groups, everyone, kv_sram_tokens=kv_sram_tokens)
+    builder = _Builder(device, model, shim, get_partition(config.partition), device.config.noc.width,
+                       kv_dtype, merge_decode=True)
+    return Replica(index, role, groups, plans, builder, model)
+
+
+def kv_transfer_graph(source: Replica, target: Replica, tokens: int, kv_bytes_per_token_layer: int
+                      ) -> TaskGraph:
+    """KV of ``tokens`` tokens from the prefill replica's stage cores to the decode
+    replica's cores owning the same layers (each core its 1/tp slice, over the NoC)."""
+    graph = TaskGraph(name="kv_transfer")
+    owner = {}
+    for group, plan in zip(target.groups, target.plans):
+        for layer in plan.layers:
+            owner[layer] = group
+    for group, plan in zip(source.groups, source.plans):
+        for layer in plan.layers:
+            dst = owner[layer]
+            size = tokens * kv_bytes_per_token_layer
+            share = -(-size // len(group.cores))
+            for i, core in enumerate(group.cores):
+                to = dst.cores[i % len(dst.cores)]
+                graph.transfer(f"core{core}.sram", f"core{to}.sram", share, (),
+                               f"kv L{layer} core{core}->core{to}")
+    return graph

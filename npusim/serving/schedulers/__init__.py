@@ -1,0 +1,1 @@
+"""Registered iteration schedulers (category ``scheduler``): one file per policy."""

@@ -1,0 +1,48 @@
+"""What every scheduler shares: admission under a KV budget and batch limits."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from npusim.core.registry import PartConfig
+from npusim.serving.state import Entry, RequestState, SchedulerView
+
+
+class SchedulerConfigBase(PartConfig):
+    """Limits common to every policy."""
+
+    max_batch_size: int = Field(64, ge=1, description="Most requests in one iteration.")
+    max_batch_tokens: int = Field(
+        2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
+                                "per decode); sizes the activation buffers the memory "
+                                "manager reserves.")
+
+
+def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
+          tokens_left: int, chunk: int | None = None) -> list[Entry]:
+    """Prefill entries for ``candidates`` in arrival order while KV, batch slots and the
+    token budget allow; ``chunk`` caps each request's tokens this iteration."""
+    entries: list[Entry] = []
+    kv_free = view.kv_free_tokens
+    for state in candidates:
+        if slots <= 0 or tokens_left <= 0:
+            break
+        if not state.admitted:
+            need = view.kv_need(state)
+            if need > kv_free:
+                break  # FCFS: do not let later requests overtake the head of the queue
+            kv_free -= need
+        remaining = state.prompt_target - state.prefilled
+        take = min(remaining, tokens_left if chunk is None else min(chunk, tokens_left))
+        if chunk is None and take < remaining:
+            break  # whole prompts only
+        entries.append(Entry(state, take, state.kv_tokens,
+                             state.prefilled + take == state.prompt_target))
+        slots -= 1
+        tokens_left -= take
+    return entries
+
+
+def decodes(running: list[RequestState], slots: int) -> list[Entry]:
+    """One decode token for up to ``slots`` running requests (oldest first)."""
+    return [Entry(state, 1, state.kv_tokens, True) for state in running[:slots]]

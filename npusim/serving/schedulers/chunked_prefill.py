@@ -1,0 +1,42 @@
+"""Chunked prefill with a token budget (Sarathi-Serve; NpuSim §4.3.2 PD fusion)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from npusim.core.registry import register
+from npusim.serving.schedulers.base import SchedulerConfigBase, admit, decodes
+from npusim.serving.state import Entry, SchedulerView
+
+
+class ChunkedPrefillConfig(SchedulerConfigBase):
+    """Mixed iterations: decodes first, then prefill chunks up to the budget."""
+
+    kind: Literal["chunked_prefill"] = "chunked_prefill"
+    token_budget: int = Field(
+        512, ge=1, description="Budget units per iteration: a decode costs 1, a prefill "
+                               "chunk of N tokens costs N (NpuSim §4.3.2; N not given "
+                               "there, assumption: 512 as Sarathi-Serve's default).")
+    prefill_chunk: int = Field(
+        512, ge=1, description="Most prompt tokens of one request per iteration.")
+
+
+@register("scheduler", ChunkedPrefillConfig)
+class ChunkedPrefillScheduler:
+    """Decode first (each running request one token); when the budget is not used up,
+    fill it with prefill chunks of waiting requests in arrival order."""
+
+    def __init__(self, config: ChunkedPrefillConfig):
+        self.config = config
+
+    def schedule(self, view: SchedulerView) -> list[Entry]:
+        cfg = self.config
+        budget = min(cfg.token_budget, cfg.max_batch_tokens)
+        entries = decodes(view.running, min(cfg.max_batch_size, budget))
+        budget -= len(entries)
+        slots = cfg.max_batch_size - len(entries)
+        if budget > 0 and slots > 0:
+            entries += admit(view, view.waiting, slots, budget, chunk=cfg.prefill_chunk)
+        return entries

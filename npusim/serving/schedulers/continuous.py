@@ -1,0 +1,31 @@
+"""Continuous batching (Orca / vLLM default): new prompts join at iteration boundaries."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from npusim.core.registry import register
+from npusim.serving.schedulers.base import SchedulerConfigBase, admit, decodes
+from npusim.serving.state import Entry, SchedulerView
+
+
+class ContinuousConfig(SchedulerConfigBase):
+    """Iteration-level batching; an iteration is either whole prefills or decodes."""
+
+    kind: Literal["continuous"] = "continuous"
+
+
+@register("scheduler", ContinuousConfig)
+class ContinuousScheduler:
+    """Prefill-first: admitted prompts run as soon as KV allows (whole prompts, one
+    iteration), otherwise every running request decodes one token."""
+
+    def __init__(self, config: ContinuousConfig):
+        self.config = config
+
+    def schedule(self, view: SchedulerView) -> list[Entry]:
+        slots = self.config.max_batch_size - len(view.running)
+        prefills = admit(view, view.waiting, max(0, slots), self.config.max_batch_tokens)
+        if prefills:
+            return prefills
+        return decodes(view.running, self.config.max_batch_size)

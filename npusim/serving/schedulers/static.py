@@ -1,0 +1,28 @@
+"""Static batching: admit a batch, run it to completion, then admit the next."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from npusim.core.registry import register
+from npusim.serving.schedulers.base import SchedulerConfigBase, admit, decodes
+from npusim.serving.state import Entry, SchedulerView
+
+
+class StaticConfig(SchedulerConfigBase):
+    """Static batching (FasterTransformer-style): no request joins a running batch."""
+
+    kind: Literal["static"] = "static"
+
+
+@register("scheduler", StaticConfig)
+class StaticScheduler:
+    """Prefill a whole batch, decode it until every request has finished."""
+
+    def __init__(self, config: StaticConfig):
+        self.config = config
+
+    def schedule(self, view: SchedulerView) -> list[Entry]:
+        if view.running or view.in_flight:
+            return decodes(view.running, self.config.max_batch_size) if not view.in_flight else []
+        return admit(view, view.waiting, self.config.max_batch_size, self.config.max_batch_tokens)

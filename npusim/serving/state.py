@@ -1,0 +1,80 @@
+"""Request state as the engine tracks it, and the batch a scheduler hands back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from npusim.workload.traces import Request
+
+
+@dataclass
+class RequestState:
+    """One request's progress.  Times are integer picoseconds."""
+
+    request: Request
+    prefilled: int = 0                 # prompt (+ recomputed) tokens whose KV exists
+    generated: int = 0                 # output tokens produced
+    kv_tokens: int = 0                 # tokens whose KV exists
+    kv_reserved: int = 0               # KV tokens reserved on its replica
+    admitted: bool = False             # KV reserved on its current replica
+    replica: int | None = None
+    in_flight: bool = False
+    first_token_ps: int | None = None
+    token_times_ps: list[int] = field(default_factory=list)
+    finish_ps: int | None = None
+    ready_ps: int = 0                  # earliest time it may be scheduled (KV arrival)
+    preempted: int = 0
+    recompute_tokens: int = 0          # generated tokens whose KV a preemption dropped
+    rejected: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def prompt_target(self) -> int:
+        """Tokens that must be prefilled: the prompt, plus generated tokens after a
+        recompute preemption (their KV was dropped)."""
+        return self.request.prompt_tokens + self.recompute_tokens
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.prefilled >= self.prompt_target
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_ps is not None
+
+    @property
+    def max_tokens(self) -> int:
+        """KV tokens the request holds at its end."""
+        return self.request.prompt_tokens + self.request.output_tokens
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One request's share of an iteration: ``new_tokens`` after ``context_len``."""
+
+    state: RequestState
+    new_tokens: int
+    context_len: int
+    samples: bool   # the iteration produces a token for this request
+
+
+@dataclass
+class SchedulerView:
+    """What a scheduler may look at (no timing internals)."""
+
+    now_ps: int
+    waiting: list[RequestState]        # arrived, prefill not finished, not in flight
+    running: list[RequestState]        # prefill done, decoding, not in flight
+    kv_free_tokens: int                # KV tokens the replica can still reserve
+    reserve_max_length: bool           # admission reserves prompt + output at once
+    in_flight: int                     # batches of this replica in the pipeline
+    role: str                          # "fused", "prefill" or "decode"
+
+    def kv_need(self, state: RequestState) -> int:
+        """KV tokens admitting ``state`` would reserve."""
+        if self.reserve_max_length:
+            return state.max_tokens
+        return state.prompt_target
