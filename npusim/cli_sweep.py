@@ -75,6 +75,7 @@ def plot(
                                       "cdf: one curve per value."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
     bins: int = typer.Option(100, "--bins", help="timeline: number of time bins."),
+    logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
                                        "default SOURCE/plot-KIND.png)."),
 ) -> None:
@@ -102,12 +103,17 @@ def plot(
             from npusim.analysis.frames import as_ops
 
             ops = as_ops(source)
-            figure = (analysis.plot_utilisation_timeline(ops, bins=bins) if kind == "timeline"
-                      else analysis.plot_latency_cdf(ops, column=value, by=hue))
+            if kind == "timeline":
+                figure = analysis.plot_utilisation_timeline(ops, bins=bins)
+            elif (source / "requests.csv").is_file() and hue is None:
+                figure = analysis.plot_latency_cdf(source, column=value)  # per request
+            else:
+                figure = analysis.plot_latency_cdf(ops, column=value, by=hue)
         else:
             frame = analysis.load_sweep(source)
             if kind == "line":
-                figure = analysis.plot_metric(frame, need("--x", x), need("--y", y), hue=hue)
+                figure = analysis.plot_metric(frame, need("--x", x), need("--y", y), hue=hue,
+                                             logx=logx)
             elif kind == "heatmap":
                 figure = analysis.plot_heatmap(frame, need("--x", x), need("--y", y),
                                                need("--value", value))

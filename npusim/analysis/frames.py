@@ -54,7 +54,7 @@ def pareto_front(frame: "pd.DataFrame", x: str, y: str,
 
     ``minimize`` says per column whether smaller is better (latency) or larger is
     (throughput).  A row is dominated when another is at least as good in both and
-    strictly better in one.
+    strictly better in one; of rows tied in both, the first is kept.
     """
     require_columns(frame, (x, y))
     data = frame.dropna(subset=[x, y])
@@ -127,6 +127,20 @@ def _merged(starts, ends) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in merged]
 
 
+def _requests(source: Any) -> "pd.DataFrame | None":
+    """The per-request table of a Result or a run directory (requests.csv), if any."""
+    import pandas as pd
+
+    tables = getattr(source, "tables", None)
+    if isinstance(tables, dict):  # a Result: only runs with a per-request table have one
+        return source.table("requests") if "requests" in tables else None
+    if isinstance(getattr(source, "requests", None), pd.DataFrame):  # duck-typed results
+        return source.requests
+    if isinstance(source, (str, Path)) and (Path(source) / "requests.csv").is_file():
+        return pd.read_csv(Path(source) / "requests.csv")
+    return None
+
+
 def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series", str]:
     """Latency samples for a CDF and the column they came from.
 
@@ -136,8 +150,10 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
     """
     import pandas as pd
 
-    requests = getattr(source, "requests", None)
-    if isinstance(requests, pd.DataFrame) and not requests.empty:
+    requests = _requests(source)
+    if requests is not None and not requests.empty:
+        if column is None and "e2e_latency_ps" not in requests and {"arrival_ps", "finish_ps"} <= set(requests):
+            return (requests["finish_ps"] - requests["arrival_ps"]).dropna(), "e2e_latency_ps"
         name = column or next((c for c in ("e2e_latency_ps", "latency_ps") if c in requests), None)
         if name is not None:
             require_columns(requests, (name,), "per-request table")

@@ -68,6 +68,10 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
                 label=None if hue is None else f"{hue}={value}")
     if logx:
         ax.set_xscale("log", base=2)
+        ticks = sorted(set(float(v) for v in data[x]))
+        if len(ticks) <= 12:  # label the swept values themselves, not powers of two
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.xaxis.set_minor_locator(_null_locator())
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(x)
@@ -105,6 +109,12 @@ def plot_heatmap(frame: "pd.DataFrame", x: str, y: str, value: str,
                     color="white" if cell < mid else "black")
     ax.set_title(title or f"{label} over {x} x {y}", fontsize="medium")
     return ax.figure
+
+
+def _null_locator():
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
 
 
 def _nan(grid):

@@ -91,6 +91,8 @@ def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[t
     # fork where the OS has it: workers inherit the imported simulator (no per-worker
     # start-up) and scripts without an ``if __name__ == "__main__"`` guard still work.
     # The children only run run_point, which touches no lock a parent thread may hold.
+    import npusim.api  # noqa: F401  (imported once here, inherited by every forked worker)
+
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:

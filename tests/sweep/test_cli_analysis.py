@@ -96,13 +96,16 @@ def test_utilisation_timeline_counts_overlaps_once():
 
 
 def test_latency_samples_prefer_a_per_request_table():
-    class WithRequests:
-        requests = pd.DataFrame({"e2e_latency_ps": [3, 1, 2]})
-        ops = pd.DataFrame({"duration_ps": [9]})
-        metrics: dict = {}
+    from npusim.metrics.result import OP_COLUMNS, Result
 
-    values, column = analysis.latency_samples(WithRequests())
-    assert column == "e2e_latency_ps" and sorted(values) == [1, 2, 3]
+    ops = {name: [] for name in OP_COLUMNS}
+    plain = Result(metrics={"latency_ps": 0}, op_columns=ops, unit_stats={}, config={})
+    assert analysis.latency_samples(plain)[1] == "duration_ps"  # no requests table: ops
+    served = Result(metrics={"latency_ps": 0}, op_columns=ops, unit_stats={}, config={},
+                    tables={"requests": [{"arrival_ps": 0, "finish_ps": 3},
+                                         {"arrival_ps": 1, "finish_ps": 2}]})
+    values, column = analysis.latency_samples(served)
+    assert column == "e2e_latency_ps" and sorted(values) == [1, 3]
     values, column = analysis.latency_samples(pd.DataFrame({"x": ["[1, 2]", "[3]"]}), "x")
     assert list(values) == [1.0, 2.0, 3.0]
 

@@ -140,3 +140,11 @@ def test_expressions_are_safe_and_located():
 def test_config_hash_is_canonical():
     assert config_hash({"a": 1, "b": [1, 2]}) == config_hash({"b": [1, 2], "a": 1})
     assert config_hash({"a": 1}) != config_hash({"a": 2})
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "workloads" / "sweeps").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_shipped_specs_expand(path):
+    points = load_spec(path).points()
+    assert points and len({p.key for p in points}) == len(points)
+    assert any(p.skip_reason is None for p in points)
