@@ -152,9 +152,11 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
 
     requests = _requests(source)
     if requests is not None and not requests.empty:
-        if column is None and "e2e_latency_ps" not in requests and {"arrival_ps", "finish_ps"} <= set(requests):
-            return (requests["finish_ps"] - requests["arrival_ps"]).dropna(), "e2e_latency_ps"
-        name = column or next((c for c in ("e2e_latency_ps", "latency_ps") if c in requests), None)
+        names = ("e2e_ps", "e2e_latency_ps", "latency_ps")
+        if column is None and not set(names) & set(requests) \
+                and {"arrival_ps", "finish_ps"} <= set(requests):
+            return (requests["finish_ps"] - requests["arrival_ps"]).dropna(), "e2e_ps"
+        name = column or next((c for c in names if c in requests), None)
         if name is not None:
             require_columns(requests, (name,), "per-request table")
             return requests[name].dropna(), name

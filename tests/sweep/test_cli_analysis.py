@@ -105,7 +105,8 @@ def test_latency_samples_prefer_a_per_request_table():
                     tables={"requests": [{"arrival_ps": 0, "finish_ps": 3},
                                          {"arrival_ps": 1, "finish_ps": 2}]})
     values, column = analysis.latency_samples(served)
-    assert column == "e2e_latency_ps" and sorted(values) == [1, 3]
+    assert column == "e2e_ps" and sorted(values) == [1, 3]
+    assert analysis.latency_samples(served, "finish_ps")[0].tolist() == [3, 2]
     values, column = analysis.latency_samples(pd.DataFrame({"x": ["[1, 2]", "[3]"]}), "x")
     assert list(values) == [1.0, 2.0, 3.0]
 
