@@ -64,6 +64,8 @@ class Session:
     def run(self, segment: TaskGraph | LazySegment, label: str, start_ps: int) -> SegmentRun:
         """Time ``segment`` and record it as running from ``start_ps``."""
         run, reused = self.time(segment)
+        if "lead_ps" not in run.extra and run.graph is not None:
+            run.extra["lead_ps"] = lead_time(run)
         index = len(self.segment_rows)
         if self.trace and len(self.columns["task"]) + len(run.starts) <= self.trace_max_tasks:
             if run.graph is None:  # a lazy hit: build the graph only for its task names
@@ -97,6 +99,13 @@ class Session:
 
     def unit_stats(self) -> dict[str, dict[str, int]]:
         return {unit: dict(stats) for unit, stats in sorted(self.totals.items())}
+
+
+def lead_time(run: SegmentRun) -> int:
+    """How long the segment waits before its first computation starts (its exposed
+    start-up loads): what a prefetch during the previous segment could hide."""
+    starts = [run.starts[task.id] for task in run.graph.tasks if isinstance(task, ComputeTask)]
+    return min(starts, default=0)
 
 
 def task_fields(task) -> tuple[str, str, str, int, int]:

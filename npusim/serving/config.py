@@ -94,6 +94,13 @@ class ServingWorkloadConfig(PartConfig):
         64, ge=1, description="Context lengths are rounded up to this many tokens when "
                               "timing an iteration, so similar iterations share one "
                               "simulated segment (over-estimates attention slightly).")
+    segment_granularity: Literal["stage", "part"] = Field(
+        "stage", description="'stage': each pipeline stage of an iteration is one timed "
+                             "segment (exact for its batch shape); 'part': stages are cut "
+                             "at attention blocks so far fewer distinct segments need "
+                             "timing (several times faster on long traces; loses the "
+                             "overlap of weight prefetch with attention, measured in "
+                             "docs/serving.md).")
     slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
     weight_tile_bytes: Bytes = Field(4 << 20, gt=0, description="Weight tile streamed from HBM.")
     stream_chunk_bytes: Bytes = Field(256 << 10, gt=0, description="Burst group of bulk streams.")

@@ -115,13 +115,23 @@ class ServingDriver:
                     state.admitted = True
                     state.replica = replica.index
                 state.in_flight = True
-            segments = replica.segments(entries, self.config.kv_bucket_tokens)
+            segments = replica.segments(entries, self.config.kv_bucket_tokens,
+                                        self.config.segment_granularity)
             free = stage_free[replica.index]
             start = now
-            for position, (label, segment) in enumerate(segments):
-                begin = max(start, free[position])
-                run = session.run(segment, f"it{iterations[replica.index]}/{label}", begin)
-                start = free[position] = begin + run.makespan_ps
+            current = -1
+            shadow = 0  # length of the attention block just run (DMA idle, can prefetch)
+            for position, label, segment in segments:
+                if position != current:  # a new stage: wait for it to be free
+                    start = max(start, free[position])
+                    current, shadow = position, 0
+                run = session.run(segment, f"it{iterations[replica.index]}/{label}", start)
+                # The weight tiles a dense part waits for at its start load in the shadow
+                # of the preceding attention block (the parts are timed separately).
+                hidden = min(shadow, run.extra.get("lead_ps", 0))
+                start = free[position] = start + run.makespan_ps - hidden
+                is_attention = isinstance(segment.key, tuple) and segment.key[:2] == ("part", True)
+                shadow = run.makespan_ps if is_attention else 0
             iterations[replica.index] += 1
             in_flight[replica.index] += 1
             heapq.heappush(events, (start, next(counter), "done", (replica, entries)))

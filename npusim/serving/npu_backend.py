@@ -45,23 +45,35 @@ class Replica:
         """KV tokens every stage can hold (the smallest stage decides)."""
         return min(plan.kv_capacity_tokens for plan in self.plans)
 
-    def segments(self, entries: list[Entry], bucket: int) -> list[tuple[str, LazySegment]]:
-        """``(label, segment)`` per pipeline stage, then the LM head if a token is sampled."""
+    def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage"
+                 ) -> list[tuple[int, str, LazySegment]]:
+        """``(pipeline position, label, segment)`` for every part of every stage (cut at
+        attention blocks, see :meth:`_Builder.stage_parts`), then the LM head if a token
+        is sampled (position ``stages``)."""
         chunks = _bucketed(entries, bucket)
         shape = _shape_key(chunks)
         out = []
         for index, (group, plan) in enumerate(zip(self.groups, self.plans)):
             previous = self.groups[index - 1] if index else None
-            cores = (previous.cores if previous else ()) + group.cores
             label = f"r{self.index}.stage{index}"
-            out.append((label, LazySegment(
-                ("serve-stage", previous is None, _plan_key(self.model, plan), shape), cores,
-                functools.partial(self.builder.stage, group, previous, plan, chunks, label),
-                label)))
+            if granularity == "stage":
+                cores = (previous.cores if previous else ()) + group.cores
+                out.append((index, label, LazySegment(
+                    ("serve-stage", previous is None, _plan_key(self.model, plan), shape), cores,
+                    functools.partial(self.builder.stage, group, previous, plan, chunks, label),
+                    label)))
+                continue
+            for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None)):
+                cores = ((previous.cores if previous and number == 0 else ()) + group.cores)
+                name = f"{label}.part{number}"
+                out.append((index, name, LazySegment(
+                    key, cores, functools.partial(self.builder.build_part, group,
+                                                  previous if number == 0 else None, plan,
+                                                  part, name), name)))
         if any(c.sample for c in chunks):
             cores = self.groups[-1].cores + self.cores
             everyone = Group(self.cores)
-            out.append((f"r{self.index}.lm_head", LazySegment(
+            out.append((len(self.groups), f"r{self.index}.lm_head", LazySegment(
                 ("serve-lm_head", self.plans[-1].lm_head_in_sram, shape), cores,
                 functools.partial(self.builder.lm_head, self.groups[-1], everyone,
                                   self.plans[-1], chunks), f"r{self.index}.lm_head")))
@@ -74,11 +86,24 @@ def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     one timed segment."""
     def ctx(value: int) -> int:
         return -(-value // bucket) * bucket
-    prefills = sorted((e.new_tokens, ctx(e.context_len), e.samples)
+
+    def tokens(value: int) -> int:  # prefill chunks: rounded up to 1/8 of the context bucket
+        step = max(1, bucket // 2)
+        return -(-value // step) * step
+    prefills = sorted((tokens(e.new_tokens), ctx(e.context_len), e.samples)
                       for e in entries if e.new_tokens > 1 or e.context_len == 0)
-    decodes = sorted(ctx(e.context_len) for e in entries if e.new_tokens == 1 and e.context_len > 0)
+    decodes = [e.context_len for e in entries if e.new_tokens == 1 and e.context_len > 0]
+    # Decode attention is merged (keys summed), so only the count and the total matter;
+    # the total is rounded up to 1/16 of its power of two (at most +6.25% of decode
+    # attention work, never less), then spread evenly over the sequences.
+    count, total = len(decodes), sum(decodes)
+    if count:
+        step = max(bucket, 1 << max(0, total.bit_length() - 5))
+        total = -(-total // step) * step
+        base, extra = divmod(total, count)
+        decodes = [base + (1 if i < extra else 0) for i in range(count)]
     return (tuple(SequenceChunk(n, c, s) for n, c, s in prefills)
-            + tuple(SequenceChunk(1, c, True) for c in decodes))
+            + tuple(SequenceChunk(1, c, True) for c in sorted(decodes)))
 
 
 def _shape_key(chunks: tuple[SequenceChunk, ...]) -> tuple:

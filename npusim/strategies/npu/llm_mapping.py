@@ -177,16 +177,102 @@ class _Builder:
         # and makes batches with the same totals share one simulated segment.
         self.merge_decode = merge_decode
         self._spill: dict[int, tuple[float, float]] = {}
+        self._parts_cache: dict[tuple, list] = {}
 
     # -- stages ----------------------------------------------------------------------
     def stage(self, group: Group, previous: Group | None, plan: StagePlan,
               chunks: tuple[SequenceChunk, ...], name: str) -> TaskGraph:
         graph = TaskGraph(name=name)
         self.chunks = chunks
+        ready = self._entry(graph, group, previous, chunks)
+        for layer in plan.layers:
+            ready = self._layer(graph, group, plan, chunks, layer, ready)
+        return graph
+
+    # -- stages cut at attention (serving) ----------------------------------------------
+    def stage_parts(self, plan: StagePlan, chunks: tuple[SequenceChunk, ...], first: bool
+                    ) -> list[tuple[tuple, tuple]]:
+        """The stage as parts separated by barriers at every attention block:
+        ``[entry + dense][attention][dense][attention]...[dense]``.
+
+        Returns ``(key, part)`` pairs: the key identifies the part's graph up to where its
+        cores sit (dense parts depend only on the batch's token count and which weights
+        are resident; attention parts only on the attention shapes), so a serving run with
+        thousands of distinct batches times few distinct parts.  Build a part with
+        :meth:`build_part`.  The barrier costs the overlap of an attention block with the
+        next weight prefetch (measured in docs/serving.md).
+        """
+        cache_key = (first, _plan_key(self.model, plan), len(plan.layers), chunks)
+        cached = self._parts_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        parts: list[list] = [[("entry", "embed" if first else "act")]]
+        attention = False
+        for layer in plan.layers:
+            ops = layer_ops(self.model, chunks, self.config.dtype_bytes, layer=layer,
+                            kv_dtype_bytes=self.kv_dtype)
+            self._spill = {}
+            if self.merge_decode:
+                ops = self._merged(ops, chunks, plan)
+            spill = dict(self._spill)
+            for op in ops:
+                is_attention = op.seq is not None
+                if is_attention != attention:
+                    parts.append([])
+                    attention = is_attention
+                parts[-1].append((layer, op, spill))
+        out = []
+        for part in parts:
+            signature = []
+            for item in part:
+                if item[0] == "entry":
+                    signature.append(item)
+                    continue
+                layer, op, spill = item
+                resident = (layer, op.name) in plan.sram_weights
+                chunk = chunks[op.seq or 0]
+                fractions = (spill.get(op.seq) if op.seq in spill else
+                             (plan.kv_read_hbm_fraction(chunk.context_len),
+                              plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens))
+                             if op.seq is not None else None)
+                signature.append((op.name, op.role, op.op.signature(), op.kv_read_bytes,
+                                  op.kv_write_bytes, resident if op.role == "linear" else None,
+                                  fractions))
+            attention = any(item[0] != "entry" and item[1].seq is not None for item in part)
+            out.append((("part", attention, tuple(signature)), (tuple(part), chunks)))
+        self._parts_cache[cache_key] = out
+        return out
+
+    def build_part(self, group: Group, previous: Group | None, plan: StagePlan, part: tuple,
+                   name: str) -> TaskGraph:
+        """The task graph of one part from :meth:`stage_parts` on ``group``."""
+        items, chunks = part
+        graph = TaskGraph(name=name)
+        self.chunks = chunks
+        ready: Ready = {core: [] for core in group.cores}
+        produced: dict[str, Ready] = {}
+        for item in items:
+            if item[0] == "entry":
+                ready = self._entry(graph, group, previous, chunks)
+                continue
+            layer, op, spill = item
+            self._spill = spill
+            deps = self._deps(op, produced, ready) if produced else ready
+            out = self._op(graph, group, plan, op, layer, deps)
+            produced.setdefault(op.name, {core: [] for core in group.cores})
+            for core, ids in out.items():
+                produced[op.name][core].extend(ids)
+            if op.seq is not None:
+                produced[op.label] = out
+            ready = out
+        return graph
+
+    def _entry(self, graph: TaskGraph, group: Group, previous: Group | None,
+               chunks: tuple[SequenceChunk, ...]) -> Ready:
         dtype, hidden, tp = self.config.dtype_bytes, self.model.hidden_size, len(group.cores)
         tokens = sum(c.new_tokens for c in chunks)
         slice_bytes = -(-tokens * hidden * dtype // tp)
-        ready: Ready = {core: [] for core in group.cores}
+        ready: Ready = {}
         if previous is None:
             # Embedding rows of this iteration's tokens, gathered from the table in HBM.
             for core in group.cores:
@@ -198,9 +284,7 @@ class _Builder:
             for src, dst in zip(previous.cores, group.cores):
                 ready[dst] = [graph.transfer(f"core{src}.sram", f"core{dst}.sram", slice_bytes,
                                              (), f"activation core{src}->core{dst}")]
-        for layer in plan.layers:
-            ready = self._layer(graph, group, plan, chunks, layer, ready)
-        return graph
+        return ready
 
     def _layer(self, graph: TaskGraph, group: Group, plan: StagePlan,
                chunks: tuple[SequenceChunk, ...], layer: int, ready: Ready) -> Ready:
