@@ -42,6 +42,17 @@ def _summary_table(result) -> None:
                        ("e2e_latency_ps", "end-to-end")):
         if key in metrics:
             table.add_row(label, format_time_ps(metrics[key]))
+    if "requests_total" in metrics:  # a serving run
+        table.add_row("requests finished / rejected / total",
+                      f"{metrics['requests_finished']} / {metrics['requests_rejected']} / "
+                      f"{metrics['requests_total']}")
+        for name in ("ttft", "tbt", "e2e"):
+            table.add_row(f"{name.upper()} p50 / p90 / p99",
+                          " / ".join(f"{metrics[f'{name}_ms_p{q}']:.1f}" for q in (50, 90, 99)) + " ms")
+        table.add_row("throughput", f"{metrics['throughput_tokens_per_s']:,.1f} tokens/s")
+        table.add_row("goodput (SLO met)", f"{metrics['goodput_requests_per_s']:.2f} req/s "
+                                           f"({100 * metrics['slo_attainment']:.0f}%)")
+        table.add_row("tokens/s per mm²", f"{metrics['throughput_tokens_per_s_per_mm2']:.4f}")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
@@ -60,6 +71,25 @@ def _summary_table(result) -> None:
     Console().print(table)
 
 
+def _simulate_with_progress(simulate, config, quiet: bool):
+    """Run ``simulate`` with a rich progress bar on a terminal (segments, or requests
+    for serving runs); plain when output is redirected or ``--quiet``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    what = "requests" if getattr(config.workload, "kind", "") == "serving" else "segments"
+    with Progress(TextColumn(f"[bold]{config.name}[/bold] {what}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+                  disable=quiet or not console.is_terminal) as bar:
+        task = bar.add_task("run", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return simulate(config, progress=progress)
+
+
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML (hardware + workload + run)."),
@@ -72,6 +102,8 @@ def run(
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="LLM workloads: prompt tokens."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="LLM workloads: generated tokens."),
     batch: Optional[int] = typer.Option(None, "--batch", help="LLM workloads: fixed batch size."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Serving workloads: request trace "
+                                         "(CSV, JSONL or Azure CSV); --set workload.trace.limit=N after it."),
 ) -> None:
     """Simulate one scenario and write metrics.json, ops.csv, units.csv, trace.json and
     config.resolved.yaml."""
@@ -79,13 +111,14 @@ def run(
     from npusim.config.loader import load_scenario
 
     def action() -> None:
-        overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
+        overrides = ([f"workload.trace={{file: '{trace.resolve()}'}}"] if trace else [])
+        overrides += list(set_) + ([f"run.mode={mode}"] if mode else [])
         for field, value in (("model", model), ("prompt_len", prompt_len),
                              ("output_len", output_len), ("batch", batch)):
             if value is not None:
                 overrides.append(f"workload.{field}={value}")
         config = load_scenario(scenario, overrides, hw)
-        result = simulate(config)
+        result = _simulate_with_progress(simulate, config, quiet)
         out_dir = result.write(out or Path("out") / config.name)
         if not quiet:
             _summary_table(result)

@@ -171,7 +171,9 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
     shim = SimpleNamespace(
         dtype_bytes=config.dtype_bytes, kv_dtype_bytes=config.kv_dtype_bytes, tp=tp,
         prefill_chunk=iteration_tokens, prompt_len=iteration_tokens,
-        batch=1, total_len=max_request_tokens, weight_tile_bytes=config.weight_tile_bytes,
+        # Plan for the smallest useful KV (one token); requests that can never fit are
+        # rejected one by one by the engine, with the reason.
+        batch=1, total_len=1, weight_tile_bytes=config.weight_tile_bytes,
         stream_chunk_bytes=config.stream_chunk_bytes)
     everyone = Group(tuple(core for group in groups for core in group.cores))
     ranges = split_layers(model.num_hidden_layers, len(groups))

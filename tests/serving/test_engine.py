@@ -1,0 +1,106 @@
+"""The serving engine end to end on the NPU (analytic mode, small traces)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npusim.api import simulate
+
+pytestmark = pytest.mark.component
+
+FUSION = "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"
+DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
+AZURE = Path("/work/shared/data/AzureLLMInferenceTrace_conv.csv")
+SMALL = ["workload.model=qwen3_1_7b", "workload.trace.limit=8"]
+
+
+def serve(scenario, *overrides):
+    return simulate(scenario, overrides=[*SMALL, *overrides])
+
+
+def test_every_request_is_finished_and_accounted_for():
+    result = serve(FUSION)
+    m = result.metrics
+    assert m["requests_finished"] + m["requests_rejected"] == m["requests_total"] == 8
+    table = result.requests
+    assert len(table) == 8 and set(table["status"]) == {"finished"}
+    assert (table["first_token_ps"] >= table["arrival_ps"]).all()
+    assert (table["finish_ps"] >= table["first_token_ps"]).all()
+    assert (table["generated"] == table["output_tokens"]).all()
+    assert m["ttft_ms_p50"] <= m["ttft_ms_p99"] and m["throughput_tokens_per_s"] > 0
+
+
+def test_a_request_that_can_never_fit_is_rejected_with_a_reason():
+    result = serve(FUSION, "workload.trace={arrival: {kind: fixed, interval_s: 0.5}, "
+                           "prompt: 60000000, output: 4, num_requests: 2}")
+    table = result.requests
+    assert set(table["status"]) == {"rejected"}
+    assert table["reason"].str.contains("needs KV for 60000004 tokens").all()
+
+
+def test_continuous_batching_beats_static_batching_on_ttft():
+    static = serve(FUSION, "workload.scheduler={kind: static}").metrics
+    continuous = serve(FUSION, "workload.scheduler={kind: continuous}").metrics
+    assert continuous["ttft_ms_mean"] < static["ttft_ms_mean"]
+
+
+def test_incremental_kv_preempts_and_recomputes_when_full():
+    # A chip with almost no KV room: every request still finishes, some after preemption.
+    # 8-byte KV and 256 MiB of HBM per core leave room for ~12.6k tokens; 16 requests
+    # of 100 + 1000 tokens arriving within ~2.5 s need ~16k at their peak.
+    result = serve(FUSION, "workload.kv_reservation=incremental", "workload.kv_sram_fraction=0",
+                   "hw.hbm.rows=4096", "workload.kv_dtype_bytes=8", "workload.trace.limit=16",
+                   "workload.trace.rate_scale=4", "workload.trace.file=traces/ratio_1_10_32.csv")
+    m = result.metrics
+    assert m["requests_finished"] == 16
+    assert m["preemptions"] > 0
+    assert result.requests["preempted"].sum() == m["preemptions"]
+
+
+def test_disaggregation_moves_kv_over_the_noc_and_decodes_on_other_cores():
+    result = serve(DISAGG)
+    assert result.metrics["requests_finished"] == 8
+    labels = result.segments["label"]
+    assert labels.str.startswith("kv ").sum() == 8  # one KV hand-over per request
+    util = result.metrics["sa_utilisation_by_replica"]
+    assert util["decode0"] > 0 and util["prefill1"] > 0
+
+
+def test_serving_is_deterministic():
+    a = serve(FUSION).requests
+    b = serve(FUSION).requests
+    assert a.equals(b)
+
+
+def test_the_cli_replays_a_trace_file_and_writes_requests_csv(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,50,5\n0.1,60,4\n0.2,70,3\n")
+    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", FUSION, "-q",
+                           "--trace", str(trace), "--set", "workload.model=qwen3_1_7b",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    assert len(rows) == 4 and all(",finished," in row for row in rows[1:])
+
+
+def test_a_bad_trace_line_is_a_clear_error(tmp_path):
+    trace = tmp_path / "bad.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,50,5\n0.1,-3,4\n")
+    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", FUSION, "-q",
+                           "--trace", str(trace), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "bad.csv:3" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AZURE.exists(), reason="Azure trace not available at /work/shared/data")
+def test_azure_conversation_replay_of_300_requests_accounts_for_every_request(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", FUSION, "-q",
+                           "--trace", str(AZURE), "--set", "workload.trace.limit=300",
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = (tmp_path / "requests.csv").read_text().splitlines()[1:]
+    assert len(rows) == 300

@@ -1,0 +1,64 @@
+"""Schedulers are pure policy: given request state they form batches within limits."""
+
+import pytest
+
+from npusim.serving.schedulers.chunked_prefill import ChunkedPrefillConfig, ChunkedPrefillScheduler
+from npusim.serving.schedulers.continuous import ContinuousConfig, ContinuousScheduler
+from npusim.serving.schedulers.static import StaticConfig, StaticScheduler
+from npusim.serving.state import RequestState, SchedulerView
+from npusim.workload.traces import Request
+
+pytestmark = pytest.mark.unit
+
+
+def state(i, prompt=100, output=10, prefilled=0, generated=0):
+    s = RequestState(Request(f"r{i}", i, prompt, output))
+    s.prefilled = s.kv_tokens = prefilled
+    s.generated = generated
+    s.admitted = prefilled > 0
+    return s
+
+
+def view(waiting=(), running=(), kv_free=10**9, in_flight=0):
+    return SchedulerView(0, list(waiting), list(running), kv_free, True, in_flight, "fused")
+
+
+def test_chunked_prefill_puts_decodes_first_and_fills_the_budget_with_chunks():
+    sched = ChunkedPrefillScheduler(ChunkedPrefillConfig(token_budget=64, prefill_chunk=40))
+    running = [state(i, prefilled=100, generated=1) for i in range(10)]
+    waiting = [state(100 + i, prompt=100) for i in range(3)]
+    batch = sched.schedule(view(waiting, running))
+    assert [e.new_tokens for e in batch[:10]] == [1] * 10          # decodes first
+    assert sum(e.new_tokens for e in batch) == 64                   # budget used exactly
+    assert [e.new_tokens for e in batch[10:]] == [40, 14]           # chunks, capped at 40
+    assert batch[10].samples is False and batch[10].context_len == 0
+
+
+def test_chunked_prefill_over_budget_decodes_only():
+    sched = ChunkedPrefillScheduler(ChunkedPrefillConfig(token_budget=8, prefill_chunk=40))
+    running = [state(i, prefilled=100, generated=1) for i in range(12)]
+    batch = sched.schedule(view([state(99)], running))
+    assert len(batch) == 8 and all(e.new_tokens == 1 for e in batch)
+
+
+def test_kv_admission_is_first_come_first_served():
+    sched = ContinuousScheduler(ContinuousConfig())
+    big, small = state(0, prompt=900, output=100), state(1, prompt=10, output=10)
+    batch = sched.schedule(view([big, small], kv_free=500))
+    assert batch == []  # the small request does not overtake the head of the queue
+
+
+def test_static_batching_admits_nothing_while_a_batch_runs():
+    sched = StaticScheduler(StaticConfig(max_batch_size=4))
+    running = [state(i, prefilled=100, generated=2) for i in range(2)]
+    batch = sched.schedule(view([state(9)], running))
+    assert {e.state.id for e in batch} == {"r0", "r1"} and all(e.new_tokens == 1 for e in batch)
+    assert sched.schedule(view([state(9)], running, in_flight=1)) == []
+
+
+def test_continuous_batching_prefills_whole_prompts_within_the_batch_limit():
+    sched = ContinuousScheduler(ContinuousConfig(max_batch_size=3, max_batch_tokens=250))
+    waiting = [state(i, prompt=100) for i in range(5)]
+    batch = sched.schedule(view(waiting))
+    assert [e.new_tokens for e in batch] == [100, 100]  # a third would exceed 250 tokens
+    assert all(e.samples for e in batch)
