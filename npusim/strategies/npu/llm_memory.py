@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from npusim.mapping.memory_manager import check_model_fits, hbm_capacity_bytes, plan_core_memory
 from npusim.workload.layer_ops import SequenceChunk, layer_ops, lm_head_ops
 
-#: Activation buffers kept per core: input, output and one spare for the
-#: communication in flight (assumption, NpuSim §4.2 reserves "dedicated buffers").
-ACTIVATION_BUFFERS = 3
+#: Activation buffers kept per core: the current operator's input and output
+#: (assumption, NpuSim §4.2 reserves "dedicated buffers"; data in flight over the NoC
+#: uses the partition's double-buffered tiles, counted with the weight tiles).
+ACTIVATION_BUFFERS = 2
 #: Weight tiles in flight while streaming (double buffering).
 STREAM_BUFFERS = 2
 
