@@ -85,6 +85,9 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
     metrics["busy_by_op_ps"] = dict(sorted(session.busy_by_op.items()))
     metrics["trace_segments"] = len(set(session.columns["segment"]))
     metrics.update(extra)
+    from npusim.metrics.energy import energy_metrics, generated_tokens  # lazy: optional roll-up
+    metrics["energy"] = energy_metrics(unit_stats, session.device, latency_ps, scenario.run.energy,
+                                       session.segment_rows, tokens=generated_tokens(metrics, tables))
     events = session.events
     return Result(metrics=metrics, op_columns=session.columns, unit_stats=unit_stats,
                   segment_rows=session.segment_rows, tables=tables or {},

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from npusim.core import registry
+from npusim.hw.energy import EnergyConfig
 
 
 class RunConfig(BaseModel):
@@ -32,6 +33,9 @@ class RunConfig(BaseModel):
         200_000, ge=0, description="Stop recording per-task rows after this many (whole "
                                    "segments only; segments.csv and every metric still "
                                    "cover the full run). Keeps long serving runs fast.")
+    energy: EnergyConfig | None = Field(
+        None, description="Energy/power parameters; default: the 7 nm defaults in "
+                          "npusim/hw/energy.py")
 
 
 @cache
