@@ -80,8 +80,10 @@ class ServingDriver:
             running = [s for s in arrived if not s.in_flight and not s.finished
                        and s.prefill_done and s.replica == replica.index
                        and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
+            flying = sum(1 for s in arrived if s.in_flight and s.replica == replica.index)
             return SchedulerView(now, waiting, running, capacity[replica.index] - kv_used[replica.index],
-                                 reserve_max, in_flight[replica.index], replica.role)
+                                 reserve_max, in_flight[replica.index], replica.role,
+                                 len(replica.groups), flying, self.config.scheduler.fill_pipeline)
 
         def finish(state: RequestState, now: int) -> None:
             nonlocal done_count

@@ -72,6 +72,17 @@ class SchedulerView:
     reserve_max_length: bool           # admission reserves prompt + output at once
     in_flight: int                     # batches of this replica in the pipeline
     role: str                          # "fused", "prefill" or "decode"
+    pipeline_stages: int = 1           # micro-batches the replica's pipeline can hold
+    in_flight_requests: int = 0        # requests of this replica already in the pipeline
+    fill_pipeline: bool = False        # scheduler option: one micro-batch per stage
+
+    @property
+    def decode_share(self) -> int:
+        """Decodes per micro-batch that keep every pipeline stage busy: the requests
+        decoding on this replica spread evenly over its stages (as PP serving engines
+        do with one micro-batch per stage)."""
+        active = len(self.running) + self.in_flight_requests
+        return max(1, -(-active // self.pipeline_stages))
 
     def kv_need(self, state: RequestState) -> int:
         """KV tokens admitting ``state`` would reserve."""

@@ -62,3 +62,13 @@ def test_continuous_batching_prefills_whole_prompts_within_the_batch_limit():
     batch = sched.schedule(view(waiting))
     assert [e.new_tokens for e in batch] == [100, 100]  # a third would exceed 250 tokens
     assert all(e.samples for e in batch)
+
+
+def test_fill_pipeline_spreads_decodes_over_the_stages():
+    sched = ContinuousScheduler(ContinuousConfig(fill_pipeline=True))
+    running = [state(i, prefilled=100, generated=1) for i in range(10)]
+    v = view(running=running)
+    v.pipeline_stages, v.fill_pipeline = 4, True
+    assert len(sched.schedule(v)) == 3          # ceil(10 / 4): one micro-batch per stage
+    v.fill_pipeline = False
+    assert len(sched.schedule(v)) == 10

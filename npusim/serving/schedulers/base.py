@@ -12,6 +12,11 @@ class SchedulerConfigBase(PartConfig):
     """Limits common to every policy."""
 
     max_batch_size: int = Field(64, ge=1, description="Most requests in one iteration.")
+    fill_pipeline: bool = Field(
+        False, description="Split decoding requests evenly over the replica's pipeline "
+                           "stages (one micro-batch per stage, like PP serving engines) "
+                           "instead of one micro-batch with all of them. Fills every stage "
+                           "but shrinks batches, so weight-bound decode can get slower.")
     max_batch_tokens: int = Field(
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
@@ -43,6 +48,10 @@ def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
     return entries
 
 
-def decodes(running: list[RequestState], slots: int) -> list[Entry]:
-    """One decode token for up to ``slots`` running requests (oldest first)."""
+def decodes(running: list[RequestState], slots: int, view: SchedulerView | None = None
+            ) -> list[Entry]:
+    """One decode token for up to ``slots`` running requests (oldest first); with a
+    ``view``, at most its pipeline share, so the micro-batches fill every stage."""
+    if view is not None and view.fill_pipeline:
+        slots = min(slots, view.decode_share)
     return [Entry(state, 1, state.kv_tokens, True) for state in running[:slots]]

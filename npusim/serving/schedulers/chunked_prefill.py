@@ -34,7 +34,7 @@ class ChunkedPrefillScheduler:
     def schedule(self, view: SchedulerView) -> list[Entry]:
         cfg = self.config
         budget = min(cfg.token_budget, cfg.max_batch_tokens)
-        entries = decodes(view.running, min(cfg.max_batch_size, budget))
+        entries = decodes(view.running, min(cfg.max_batch_size, budget), view)
         budget -= len(entries)
         slots = cfg.max_batch_size - len(entries)
         if budget > 0 and slots > 0:

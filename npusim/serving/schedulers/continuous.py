@@ -28,4 +28,4 @@ class ContinuousScheduler:
         prefills = admit(view, view.waiting, max(0, slots), self.config.max_batch_tokens)
         if prefills:
             return prefills
-        return decodes(view.running, self.config.max_batch_size)
+        return decodes(view.running, self.config.max_batch_size, view)
