@@ -49,3 +49,19 @@ def npu_area_mm2(npu, area: AreaConfig | None = None) -> dict[str, float]:
     }
     out["total"] = sum(out.values())
     return out
+
+
+def device_area_mm2(device, area: AreaConfig | None = None) -> dict[str, float]:
+    """Area of a built NPU device, core by core (so heterogeneous cores count right)."""
+    area = area or AreaConfig()
+    npu = device.config
+    out = npu_area_mm2(npu, area)
+    systolic = hbm = 0.0
+    for core in range(npu.num_cores):
+        sa = device.parts.get(f"core{core}.sa")
+        systolic += (sa.rows * sa.cols if sa is not None else 0) * area.mac_fp16_mm2
+        channel = device.parts.get(f"core{core}.hbm")
+        hbm += (channel.config.channels if channel is not None else 0) * area.hbm_phy_mm2_per_channel
+    out["systolic"], out["hbm_interface"] = systolic, hbm
+    out["total"] = sum(v for k, v in out.items() if k != "total")
+    return out

@@ -24,6 +24,18 @@ from npusim.workload.llm import _named_part
 from npusim.workload.trace_generators import TraceSpec
 
 
+class CoreVariant(BaseModel):
+    """A different core for one role (NpuSim Fig. 12 "A32H60": systolic size, HBM)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    systolic_size: int | None = Field(None, ge=1, description="Systolic array rows = cols "
+                                                              "(e.g. 32 for 'A32').")
+    hbm_channels: int | None = Field(None, ge=1, description="HBM channels per core (each "
+                                                             "the preset's channel bandwidth; "
+                                                             "power of two).")
+
+
 class PdConfig(BaseModel):
     """How prefill and decode share the chip (NpuSim §4.3)."""
 
@@ -47,11 +59,21 @@ class PdConfig(BaseModel):
     prefill_dp: int = Field(1, ge=1, description="Prefill replicas (DP-prioritised: more "
                                                  "replicas, fewer stages each).")
     decode_dp: int = Field(1, ge=1, description="Decode replicas.")
+    decode_core: CoreVariant | None = Field(
+        None, description="Heterogeneous disaggregation: decode cores with a different "
+                          "systolic size / HBM bandwidth than the chip preset.")
 
     @model_validator(mode="after")
     def _check(self) -> "PdConfig":
         if self.mode == "disaggregation" and (self.prefill_cores is None or self.decode_cores is None):
             raise ValueError("disaggregation needs pd.prefill_cores and pd.decode_cores")
+        if self.decode_core is not None and self.mode != "disaggregation":
+            raise ValueError("pd.decode_core needs mode: disaggregation (fusion runs both "
+                             "phases on the same cores)")
+        if self.decode_core is not None and self.decode_core.hbm_channels is not None \
+                and self.decode_core.hbm_channels & (self.decode_core.hbm_channels - 1):
+            raise ValueError(f"pd.decode_core.hbm_channels = {self.decode_core.hbm_channels} "
+                             "must be a power of two")
         return self
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from npusim.hw.area import npu_area_mm2
+from npusim.hw.area import device_area_mm2
 from npusim.serving.state import RequestState
 
 PERCENTILES = (50, 90, 99)
@@ -68,7 +68,7 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0
     metrics["slo_attainment"] = len(good) / len(done) if done else 0.0
     metrics["preemptions"] = sum(s.preempted for s in states)
-    area = npu_area_mm2(driver.device.config)
+    area = device_area_mm2(driver.device)
     metrics["area_mm2"] = area
     metrics["throughput_tokens_per_s_per_mm2"] = (metrics["throughput_tokens_per_s"] / area["total"]
                                                   if area["total"] else 0.0)

@@ -59,7 +59,7 @@ class Replica:
             if granularity == "stage":
                 cores = (previous.cores if previous else ()) + group.cores
                 out.append((index, label, LazySegment(
-                    ("serve-stage", previous is None, _plan_key(self.model, plan), shape), cores,
+                    ("serve-stage", self.role, previous is None, _plan_key(self.model, plan), shape), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
                     label)))
                 continue
@@ -67,14 +67,14 @@ class Replica:
                 cores = ((previous.cores if previous and number == 0 else ()) + group.cores)
                 name = f"{label}.part{number}"
                 out.append((index, name, LazySegment(
-                    key, cores, functools.partial(self.builder.build_part, group,
+                    (self.role, key), cores, functools.partial(self.builder.build_part, group,
                                                   previous if number == 0 else None, plan,
                                                   part, name), name)))
         if any(c.sample for c in chunks):
             cores = self.groups[-1].cores + self.cores
             everyone = Group(self.cores)
             out.append((len(self.groups), f"r{self.index}.lm_head", LazySegment(
-                ("serve-lm_head", self.plans[-1].lm_head_in_sram, shape), cores,
+                ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, shape), cores,
                 functools.partial(self.builder.lm_head, self.groups[-1], everyone,
                                   self.plans[-1], chunks), f"r{self.index}.lm_head")))
         return out
@@ -158,10 +158,36 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         chosen.sort(key=lambda g: order[g.cores])
         for g in chosen:
             taken.update(g.cores)
+        if role == "decode" and pd.decode_core is not None:
+            _specialise_cores(device, tuple(c for g in chosen for c in g.cores), pd.decode_core)
         for r in range(dp):
             replicas.append(_replica(device, config, model, role, len(replicas),
                                      chosen[r * stages:(r + 1) * stages], tp, max_request_tokens))
     return replicas
+
+
+def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:
+    """Give ``cores`` a different systolic array / HBM (heterogeneous disaggregation).
+
+    The device belongs to this one simulation, so its parts may be replaced before the
+    run starts; the memory plan of these cores uses the same SRAM as the preset.
+    """
+    from npusim.hw.compute.systolic import SystolicArray
+    from npusim.hw.memory.dram import DramChannel
+
+    base = device.config
+    for core in cores:
+        if variant.systolic_size is not None:
+            systolic = base.core.systolic.model_copy(update={"rows": variant.systolic_size,
+                                                             "cols": variant.systolic_size})
+            device.parts[f"core{core}.sa"] = SystolicArray(f"core{core}.sa", systolic)
+            device._part_names[id(device.parts[f"core{core}.sa"])] = f"core{core}.sa"
+        if variant.hbm_channels is not None and base.hbm is not None:
+            hbm = base.hbm.model_copy(update={"channels": variant.hbm_channels})
+            device.parts[f"core{core}.hbm"] = DramChannel(f"core{core}.hbm", hbm)
+            device._part_names[id(device.parts[f"core{core}.hbm"])] = f"core{core}.hbm"
+    device._stage_times.clear()
+    device._analytic.clear()
 
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,

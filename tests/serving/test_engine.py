@@ -104,3 +104,18 @@ def test_azure_conversation_replay_of_300_requests_accounts_for_every_request(tm
     assert proc.returncode == 0, proc.stderr
     rows = (tmp_path / "requests.csv").read_text().splitlines()[1:]
     assert len(rows) == 300
+
+
+def test_heterogeneous_decode_cores_change_decode_speed_and_chip_area():
+    plain = serve(DISAGG).metrics
+    small = serve(DISAGG, "workload.pd.decode_core={systolic_size: 32, hbm_channels: 2}").metrics
+    assert small["tbt_ms_mean"] > plain["tbt_ms_mean"]          # 16x fewer MACs per decode core
+    assert small["ttft_ms_mean"] == plain["ttft_ms_mean"]       # prefill cores unchanged
+    assert small["area_mm2"]["systolic"] < plain["area_mm2"]["systolic"]
+
+
+def test_decode_core_variant_needs_disaggregation():
+    from npusim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pd.decode_core needs mode: disaggregation"):
+        serve(FUSION, "workload.pd.decode_core={systolic_size: 32}")
