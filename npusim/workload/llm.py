@@ -39,6 +39,35 @@ def _named_part(category: str, value: Any) -> Any:
     return known[data["kind"]].config.model_validate(data)
 
 
+class RoutingSpec(PartConfig):
+    """Where a MoE run's routing comes from: a trace file or a synthetic generator.
+
+    ``{file: path}`` (``.npz`` from ``write_routing_trace``, path relative to the working
+    directory, validated against the model) or ``{kind: balanced | imbalanced | zipf}``
+    with ``ratio`` (imbalanced) or ``exponent`` (zipf) and ``seed``; the generated trace
+    covers every token of the run (``docs/moe.md``).
+    """
+
+    file: str | None = Field(None, description="Routing trace (.npz) to replay.")
+    kind: Literal["balanced", "imbalanced", "zipf"] | None = Field(
+        None, description="Synthetic routing generator (instead of a file).")
+    ratio: float | None = Field(None, ge=1, description="imbalanced: hot-expert load / mean "
+                                                        "load (1..experts/top_k).")
+    exponent: float | None = Field(None, ge=0, description="zipf: popularity exponent.")
+    seed: int = Field(0, description="Generator seed (same seed, same trace).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RoutingSpec":
+        if (self.file is None) == (self.kind is None):
+            raise ValueError("give exactly one of routing.file (a trace) or routing.kind "
+                             "(balanced, imbalanced, zipf)")
+        if self.kind == "imbalanced" and self.ratio is None:
+            raise ValueError("routing.kind=imbalanced needs routing.ratio (e.g. 2.0)")
+        if self.kind == "zipf" and self.exponent is None:
+            raise ValueError("routing.kind=zipf needs routing.exponent (e.g. 1.0)")
+        return self
+
+
 class LlmWorkloadConfig(PartConfig):
     """A dense or MoE LLM serving one request (or a fixed batch of identical requests)."""
 
@@ -63,6 +92,13 @@ class LlmWorkloadConfig(PartConfig):
                                                "linear_seq, linear_interleave, ring, mesh2d.")
     partition: Any = Field("k", description="GEMM tensor partition by name or {kind: ...}: "
                                             "mn (AllGather), k (AllReduce), mnk (2-D).")
+    expert_placement: Any = Field(
+        "ep", description="MoE experts by name or {kind: ..., capacity_factor, overflow}: "
+                          "ep (expert parallel, all-to-all) or tp (every expert "
+                          "partitioned). Ignored for dense models.")
+    routing: RoutingSpec | None = Field(
+        None, description="MoE routing: {file: trace.npz} or {kind: balanced|imbalanced|"
+                          "zipf, ratio|exponent, seed}. Default: a balanced assignment.")
     prefill_chunk: int = Field(0, ge=0, description="Prefill chunk in tokens (0: the whole "
                                                     "prompt in one iteration).")
     decode_kv_bucket_tokens: int = Field(
@@ -103,11 +139,30 @@ class LlmWorkloadConfig(PartConfig):
     def _partition(cls, value: Any) -> Any:
         return _named_part("partition", value)
 
+    @field_validator("expert_placement")
+    @classmethod
+    def _expert_placement(cls, value: Any) -> Any:
+        return _named_part("expert_placement", value)
+
     @model_validator(mode="after")
     def _check(self) -> "LlmWorkloadConfig":
         if self.prefill_chunk and self.prefill_chunk > self.prompt_len:
             raise ValueError(f"prefill_chunk ({self.prefill_chunk}) exceeds prompt_len "
                              f"({self.prompt_len})")
+        if self.routing is not None:
+            from npusim.workload.models import load_model
+            from npusim.workload.routing import read_routing_trace
+
+            model = load_model(self.model)
+            if not model.is_moe:
+                raise ValueError(f"routing is set but {model.name} has no MoE layer")
+            if self.routing.file is not None:
+                # Validated here so a bad trace (unknown expert, wrong layer count,
+                # weights that do not sum to 1) fails before any simulation.
+                try:
+                    read_routing_trace(self.routing.file, model)
+                except NpusimError as exc:
+                    raise ValueError(f"routing.file: {exc}") from None
         return self
 
     @property

@@ -26,6 +26,7 @@ from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
+from npusim.strategies.npu.moe_mapping import MoeRouting, expert_placement
 from npusim.strategies.npu.partition import GemmSpec, get_partition
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import LayerOp, SequenceChunk, layer_ops, lm_head_ops
@@ -114,21 +115,27 @@ def map_llm(device, config, seed: int = 0) -> Program:
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     plans = plan_stages(device, model, config, split_layers(layers, stages), groups, all_cores)
     builder = _Builder(device, model, config, strategy, width, kv_dtype)
+    routing = builder.moe_routing
 
     program = Program(info={"model": model.name, "tp": tp, "pipeline_stages": stages,
                             "placement": config.placement.kind,
                             "partition": config.partition.kind, "batch": config.batch,
                             "prompt_len": config.prompt_len, "output_len": config.output_len})
     phases: list[str] = []
+    windows: list[tuple[int, int]] = []  # MoE: run tokens (first, count) of each iteration
     for iteration in iterations(config):
         shape = tuple((c.new_tokens, c.context_len, c.sample) for c in iteration.chunks)
+        window = (sum(w[1] for w in windows), sum(c.new_tokens for c in iteration.chunks))
+        windows.append(window)
         for index, (group, plan) in enumerate(zip(groups, plans)):
             previous = groups[index - 1] if index else None
             label = f"{iteration.label}/stage{index}"
             cores = (previous.cores if previous else ()) + group.cores
+            moe_key = routing.key(plan.layers, *window) if routing else ()
             program.append(LazySegment(
-                ("stage", previous is None, _plan_key(model, plan), shape), cores,
-                functools.partial(builder.stage, group, previous, plan, iteration.chunks, label),
+                ("stage", previous is None, _plan_key(model, plan), shape, moe_key), cores,
+                functools.partial(builder.stage, group, previous, plan, iteration.chunks, label,
+                                  token_start=window[0]),
                 label), label)
             phases.append(iteration.phase)
         if any(c.sample for c in iteration.chunks):
@@ -138,6 +145,9 @@ def map_llm(device, config, seed: int = 0) -> Program:
                 functools.partial(builder.lm_head, groups[-1], all_cores, plans[-1],
                                   iteration.chunks), label), label)
             phases.append(iteration.phase)
+    if routing:
+        program.info.update(routing.summary(windows),
+                            expert_placement=config.expert_placement.kind)
     program.finish = lambda ends: _phase_metrics(phases, ends, config)
     return program
 
@@ -178,12 +188,18 @@ class _Builder:
         self.merge_decode = merge_decode
         self._spill: dict[int, tuple[float, float]] = {}
         self._parts_cache: dict[tuple, list] = {}
+        # MoE: routing per (layer, run tokens) and the expert placement; token_start is
+        # the first run token of the iteration being built (0 outside map_llm).
+        self.moe_routing = MoeRouting(model, config) if model.is_moe else None
+        self.moe_placement = expert_placement(config) if model.is_moe else None
+        self.token_start = 0
 
     # -- stages ----------------------------------------------------------------------
     def stage(self, group: Group, previous: Group | None, plan: StagePlan,
-              chunks: tuple[SequenceChunk, ...], name: str) -> TaskGraph:
+              chunks: tuple[SequenceChunk, ...], name: str, token_start: int = 0) -> TaskGraph:
         graph = TaskGraph(name=name)
         self.chunks = chunks
+        self.token_start = token_start
         ready = self._entry(graph, group, previous, chunks)
         for layer in plan.layers:
             ready = self._layer(graph, group, plan, chunks, layer, ready)
@@ -235,8 +251,13 @@ class _Builder:
                              (plan.kv_read_hbm_fraction(chunk.context_len),
                               plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens))
                              if op.seq is not None else None)
+                if op.role == "moe_experts":  # which experts are resident shapes the graph
+                    resident = tuple(sorted(n for l, n in plan.sram_weights if l == layer
+                                            and n.startswith("expert_")))
                 signature.append((op.name, op.role, op.op.signature(), op.kv_read_bytes,
-                                  op.kv_write_bytes, resident if op.role == "linear" else None,
+                                  op.kv_write_bytes,
+                                  resident if op.role in ("linear", "router", "moe_experts")
+                                  else None,
                                   fractions))
             attention = any(item[0] != "entry" and item[1].seq is not None for item in part)
             out.append((("part", attention, tuple(signature)), (tuple(part), chunks)))
@@ -349,6 +370,7 @@ class _Builder:
         if names is None:
             return previous
         deps: Ready = {core: [] for core in previous}
+        found = False
         for name in names:
             if name not in produced and name in FALLBACK:
                 name = FALLBACK[name]
@@ -356,33 +378,41 @@ class _Builder:
             source = source or produced.get(name)
             if source is None:
                 continue
+            found = True
             for core, ids in source.items():
                 deps[core].extend(ids)
-        return deps
+        # None of its listed inputs exists (mlp_residual of a MoE layer has no
+        # down_proj): it depends on the op before it.
+        return deps if found else previous
 
     def _op(self, graph: TaskGraph, group: Group, plan: StagePlan, op: LayerOp, layer: int,
             deps: Ready) -> Ready:
         tag = f"L{layer}.{op.label}"
         tp = len(group.cores)
-        if op.role == "linear":
+        role = op.role
+        if role == "router":  # the gate GEMM is a linear layer; softmax and top-k are vector ops
+            role = "linear" if op.op.kind == "gemm" else "vector"
+        if role == "moe_experts":
+            assignment = self.moe_routing.assign(layer, self.token_start, op.moe.tokens)
+            return self.moe_placement.lower(self, graph, group, plan, op, layer, deps, assignment)
+        if role == "linear":
             spec = GemmSpec(tag, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
                             "sram" if (layer, op.name) in plan.sram_weights or not self.has_hbm
                             else "hbm", self.config.weight_tile_bytes,
                             self.config.stream_chunk_bytes)
             return self.strategy.lower(graph, spec, group, deps, self.width)
-        if op.role == "attention":
+        if role == "attention":
             return self._attention(graph, group, plan, op, tag, deps)
-        if op.role == "kv_write":
+        if role == "kv_write":
             return self._kv_write(graph, group, plan, op, tag, deps)
-        if op.role == "vector":
+        if role == "vector":
             share = Op(op.op.kind, elements=-(-op.op.elements // tp),
                        flops_per_element=op.op.flops_per_element, dtype_bytes=op.op.dtype_bytes,
                        name=op.name)
             return {core: [graph.compute(f"core{core}.vec", share, deps[core], f"{tag}@core{core}")]
                     for core in group.cores}
         raise MappingError(f"operator {op.name!r} (role {op.role!r}) of {self.model.name} is "
-                           "not supported by the dense NPU mapping (MoE layers need an expert "
-                           "strategy)")
+                           "not supported by the NPU mapping")
 
     def _attention(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
         tp = len(group.cores)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from npusim.mapping.memory_manager import check_model_fits, hbm_capacity_bytes, plan_core_memory
+from npusim.strategies.npu.moe_mapping import expert_plan_weights
 from npusim.workload.layer_ops import SequenceChunk, layer_ops, lm_head_ops
 
 #: Activation buffers kept per core: the current operator's input and output
@@ -53,10 +54,21 @@ class StagePlan:
         return min(1.0, spilled / new_tokens) if new_tokens else 0.0
 
 
-def _weights_by_layer(model, config, layer: int) -> list[tuple[str, int]]:
+def _weights_by_layer(model, config, layer: int, tp: int) -> list[tuple[str, int]]:
+    """``(name, bytes on one core of the stage)`` of the layer's weights in order of use.
+
+    A MoE layer's routed experts are one tensor per expert matrix
+    (``expert_gate_proj[e5]``, ...), sized by the expert placement (``ep``: whole
+    experts on their core; ``tp``: ``1/tp`` of every expert), so SRAM takes them expert
+    by expert and the rest stream from HBM."""
     chunk = [SequenceChunk(1, 0)]
-    return [(op.name, op.weight_bytes) for op in
-            layer_ops(model, chunk, config.dtype_bytes, layer=layer) if op.weight_bytes]
+    out: list[tuple[str, int]] = []
+    for op in layer_ops(model, chunk, config.dtype_bytes, layer=layer):
+        if op.role == "moe_experts":
+            out += expert_plan_weights(config, op.moe, tp)
+        elif op.weight_bytes:
+            out.append((op.name, -(-op.weight_bytes // tp)))
+    return out
 
 
 def _largest_activation_bytes(model, config) -> int:
@@ -67,7 +79,10 @@ def _largest_activation_bytes(model, config) -> int:
     """
     tokens = (config.prefill_chunk or config.prompt_len) * config.batch
     width = max(model.hidden_size, model.intermediate_size or 0,
-                model.q_size + 2 * model.kv_size)
+                model.q_size + 2 * model.kv_size,
+                # MoE: the dispatched rows, top_k copies of each token (an upper bound
+                # on what one core receives or gathers per token of its share).
+                model.experts_per_token * model.hidden_size)
     return tokens * width * config.dtype_bytes
 
 
@@ -98,8 +113,12 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                      reserved_sram_bytes=buffers * used_cores)
     plans = []
     for index, layers in enumerate(layer_ranges):
-        weights = [(f"{layer}.{name}", -(-size // tp)) for layer in layers
-                   for name, size in _weights_by_layer(model, config, layer)]
+        weights = [(f"{layer}.{name}", size) for layer in layers
+                   for name, size in _weights_by_layer(model, config, layer, tp)]
+        # Routed experts compete for SRAM after every dense tensor of the stage: a dense
+        # tensor is read every iteration, an expert only when a token picks it (top_k / E
+        # of a decode step's experts), so a resident dense byte saves more HBM traffic.
+        weights.sort(key=lambda item: ".expert_" in item[0])
         # The first stage keeps the embedding table in HBM (rows are gathered by token,
         # never streamed whole), so it never competes for SRAM.
         embedding = (-(-model.params_embedding * config.dtype_bytes // tp)
@@ -116,7 +135,7 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
         plans.append(StagePlan(
             layers=layers,
             sram_weights={(layer, name) for layer in layers
-                          for name, _ in _weights_by_layer(model, config, layer)
+                          for name, _ in _weights_by_layer(model, config, layer, tp)
                           if f"{layer}.{name}" in resident},
             kv_sram_tokens=core_plan.kv_sram_tokens // config.batch,
             lm_head_in_sram="lm_head" in resident,
