@@ -33,11 +33,19 @@ class SegmentRun:
 def prepare(graph: TaskGraph, device: Device) -> TaskGraph:
     """Expand collectives over the device topology; check every unit name eagerly."""
     expanded = expand_collectives(graph, device.reduce_unit)
+    # Names are checked once per device: long runs build thousands of graphs over the
+    # same few hundred units and routes.
+    checked = device.__dict__.setdefault("_checked_names", set())
     for task in expanded.tasks:
         if isinstance(task, ComputeTask):
-            device.compute_unit(task.unit)
+            if task.unit not in checked:
+                device.compute_unit(task.unit)
+                checked.add(task.unit)
         elif isinstance(task, TransferTask):
-            device.plan_transfer(task)
+            route = (task.src, task.dst, task.pattern, task.chunk_bytes)
+            if route not in checked:
+                device.plan_transfer(task)
+                checked.add(route)
     return expanded
 
 

@@ -56,9 +56,13 @@ class Session:
     def time(self, segment: TaskGraph | LazySegment) -> tuple[SegmentRun, bool]:
         """Timing of ``segment`` on an idle device, without recording it."""
         if isinstance(segment, LazySegment):
-            return self.memo.lazy_run(
-                segment.key, segment.cores,
-                lambda: self.memo.run(self.prepared(segment.build()), self._execute)[0])
+            def compute() -> SegmentRun:
+                graph = prepare(segment.build(), self.device)
+                if segment.exact_key:
+                    self.memo.misses += 1
+                    return self._execute(graph)
+                return self.memo.run(graph, self._execute)[0]
+            return self.memo.lazy_run(segment.key, segment.cores, compute)
         return self.memo.run(self.prepared(segment), self._execute)
 
     def run(self, segment: TaskGraph | LazySegment, label: str, start_ps: int) -> SegmentRun:
@@ -70,7 +74,7 @@ class Session:
         if self.trace and len(self.columns["task"]) + len(run.starts) <= self.trace_max_tasks:
             if run.graph is None:  # a lazy hit: build the graph only for its task names
                 assert isinstance(segment, LazySegment)
-                run = SegmentRun(self.prepared(segment.build()), run.starts, run.ends,
+                run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
                                  run.unit_stats, run.events, run.transactions, run.extra)
             append_rows(self.columns, run, index, label, start_ps)
         for op, busy in busy_by_op(run).items():

@@ -61,7 +61,7 @@ class Replica:
                 out.append((index, label, LazySegment(
                     ("serve-stage", self.role, previous is None, _plan_key(self.model, plan), shape), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
-                    label)))
+                    label, exact_key=True)))
                 continue
             for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None)):
                 cores = ((previous.cores if previous and number == 0 else ()) + group.cores)
@@ -69,14 +69,15 @@ class Replica:
                 out.append((index, name, LazySegment(
                     (self.role, key), cores, functools.partial(self.builder.build_part, group,
                                                   previous if number == 0 else None, plan,
-                                                  part, name), name)))
+                                                  part, name), name, exact_key=True)))
         if any(c.sample for c in chunks):
             cores = self.groups[-1].cores + self.cores
             everyone = Group(self.cores)
             out.append((len(self.groups), f"r{self.index}.lm_head", LazySegment(
                 ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, shape), cores,
                 functools.partial(self.builder.lm_head, self.groups[-1], everyone,
-                                  self.plans[-1], chunks), f"r{self.index}.lm_head")))
+                                  self.plans[-1], chunks), f"r{self.index}.lm_head",
+                exact_key=True)))
         return out
 
 

@@ -29,6 +29,9 @@ class LazySegment:
     cores: tuple[int, ...]
     build: Callable[[], TaskGraph]
     name: str = ""
+    #: The key alone determines the graph (up to the shift): a miss runs the graph
+    #: without also computing its structural signature.
+    exact_key: bool = False
 
 
 @dataclass
