@@ -227,3 +227,19 @@ def test_roofline_invalid_config(fields, needle):
     base = {"peak_flops_per_s": 1e13, "memory_bandwidth_bps": "100GB/s"}
     with pytest.raises(ValidationError, match=needle):
         RooflineConfig(**{**base, **fields})
+
+
+def test_pipelined_folds_pay_the_skew_once_and_speed_up_gemv_not_big_gemms():
+    from npusim.hw.compute.systolic import SystolicArray, SystolicConfig
+
+    plain = SystolicArray("sa", SystolicConfig(rows=128, cols=128, double_buffer=True))
+    piped = SystolicArray("sa", SystolicConfig(rows=128, cols=128, double_buffer=True,
+                                               pipelined_folds=True))
+    # GEMV (decode): 20 x 8 folds; per fold max(T=1, R=128) = 128 cycles + one skew + first load.
+    assert piped.gemm_cycles(1, 2560, 1024) == 160 * 128 + 254 + 128
+    assert plain.gemm_cycles(1, 2560, 1024) > 1.9 * piped.gemm_cycles(1, 2560, 1024)
+    # Large GEMM: the skew is small next to T = 1024 rows per fold, so both agree within 25%.
+    big_plain, big_piped = plain.gemm_cycles(1024, 1024, 1024), piped.gemm_cycles(1024, 1024, 1024)
+    assert big_piped < big_plain < 1.25 * big_piped
+    # Default stays SCALE-Sim v2 (C-SA-01).
+    assert SystolicArray("sa", SystolicConfig(rows=128, cols=128)).gemm_cycles(1024, 1024, 1024) == 89984

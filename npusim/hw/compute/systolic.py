@@ -83,6 +83,14 @@ class SystolicConfig(PartConfig):
         False, description="Stationary registers are double-buffered: the weight (input) "
                            "load of fold i+1 overlaps the streaming of fold i (ws/is only). "
                            "Off by default to match SCALE-Sim v2, which does not overlap folds.")
+    pipelined_folds: bool = Field(
+        False, description="Consecutive folds follow each other through the array without "
+                           "waiting for the previous fold's skewed fill and drain (one "
+                           "R + C - 2 skew per op instead of per fold); each fold then costs "
+                           "max(T, R) cycles with double-buffered stationary registers (the "
+                           "next tile loads while this one streams), else T + R. Off by "
+                           "default: SCALE-Sim v2 does not overlap folds. Matters most for "
+                           "decode GEMVs (T = 1), where the skew dominates.")
     inject_cycles: int = Field(
         0, ge=0, description="NpuSim T_inject: one-off latency per op to inject the first "
                              "operands (e.g. from SRAM into the array edge). Default 0 so that "
@@ -146,12 +154,22 @@ class SystolicArray(ComputeUnit):
         load = 0 if cfg.dataflow == "os" else R
         stream = R + C + t - 2
         total_folds = folds * passes
-        if load and cfg.double_buffer:
-            # First pre-load exposed; later ones hide under the previous fold's stream.
-            exposed = load + (total_folds - 1) * max(0, load - stream)
+        if cfg.pipelined_folds:
+            # Folds back to back: each occupies the array for its T input rows (or its
+            # weight load, whichever is longer when loads overlap), and the skew of
+            # R + C - 2 cycles is paid once for the whole op.
+            per_fold = max(t, load) if cfg.double_buffer else t + load
+            skew = R + C - 2
+            exposed = load if (load and cfg.double_buffer) else 0
+            total = total_folds * per_fold + skew + exposed + cfg.inject_cycles
+            stream = per_fold
         else:
-            exposed = total_folds * load
-        total = total_folds * stream + exposed + cfg.inject_cycles
+            if load and cfg.double_buffer:
+                # First pre-load exposed; later ones hide under the previous fold's stream.
+                exposed = load + (total_folds - 1) * max(0, load - stream)
+            else:
+                exposed = total_folds * load
+            total = total_folds * stream + exposed + cfg.inject_cycles
         return SystolicBreakdown(
             dataflow=cfg.dataflow, sr=sr, sc=sc, t=t, row_folds=row_folds,
             col_folds=col_folds, folds=folds, passes=passes, load_cycles_per_fold=load,
