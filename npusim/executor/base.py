@@ -35,7 +35,7 @@ def prepare(graph: TaskGraph, device: Device) -> TaskGraph:
     expanded = expand_collectives(graph, device.reduce_unit)
     # Names are checked once per device: long runs build thousands of graphs over the
     # same few hundred units and routes.
-    checked = device.__dict__.setdefault("_checked_names", set())
+    checked = device.checked_names
     for task in expanded.tasks:
         if isinstance(task, ComputeTask):
             if task.unit not in checked:

@@ -181,14 +181,10 @@ def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:
         if variant.systolic_size is not None:
             systolic = base.core.systolic.model_copy(update={"rows": variant.systolic_size,
                                                              "cols": variant.systolic_size})
-            device.parts[f"core{core}.sa"] = SystolicArray(f"core{core}.sa", systolic)
-            device._part_names[id(device.parts[f"core{core}.sa"])] = f"core{core}.sa"
+            device.replace_part(f"core{core}.sa", SystolicArray(f"core{core}.sa", systolic))
         if variant.hbm_channels is not None and base.hbm is not None:
             hbm = base.hbm.model_copy(update={"channels": variant.hbm_channels})
-            device.parts[f"core{core}.hbm"] = DramChannel(f"core{core}.hbm", hbm)
-            device._part_names[id(device.parts[f"core{core}.hbm"])] = f"core{core}.hbm"
-    device._stage_times.clear()
-    device._analytic.clear()
+            device.replace_part(f"core{core}.hbm", DramChannel(f"core{core}.hbm", hbm))
 
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,

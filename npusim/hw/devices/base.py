@@ -64,6 +64,8 @@ class Device:
         # pattern); LLM runs ask for the same ones thousands of times.
         self._stage_times: dict[tuple, int] = {}
         self._analytic: dict[tuple, tuple] = {}
+        #: Unit names and routes already checked by ``prepare`` (checked once per device).
+        self.checked_names: set = set()
         self._part_names: dict[int, str] = {}
 
     # -- construction helpers ------------------------------------------------------
@@ -72,6 +74,19 @@ class Device:
             raise MappingError(f"device {self.name!r} has two parts named {name!r}")
         self.parts[name] = part
         self._part_names[id(part)] = name
+        return part
+
+    def replace_part(self, name: str, part: Component) -> Component:
+        """Swap an existing part before the run (e.g. different decode cores) and drop
+        every cached timing, which may have used the old part."""
+        if name not in self.parts:
+            raise MappingError(f"device {self.name!r} has no part named {name!r}")
+        del self._part_names[id(self.parts[name])]
+        self.parts[name] = part
+        self._part_names[id(part)] = name
+        self._stage_times.clear()
+        self._analytic.clear()
+        part.validate()
         return part
 
     def validate(self) -> None:
