@@ -17,7 +17,7 @@ from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.state import Entry
-from npusim.strategies.npu.llm_mapping import _Builder, _plan_key, split_layers
+from npusim.strategies.npu.llm_mapping import StageBuilder, plan_key, split_layers
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
@@ -33,7 +33,7 @@ class Replica:
     role: str                      # "fused", "prefill" or "decode"
     groups: list[Group]
     plans: list[StagePlan]
-    builder: _Builder
+    builder: StageBuilder
     model: object
 
     @property
@@ -48,7 +48,7 @@ class Replica:
     def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage"
                  ) -> list[tuple[int, str, LazySegment]]:
         """``(pipeline position, label, segment)`` for every part of every stage (cut at
-        attention blocks, see :meth:`_Builder.stage_parts`), then the LM head if a token
+        attention blocks, see :meth:`StageBuilder.stage_parts`), then the LM head if a token
         is sampled (position ``stages``)."""
         chunks = _bucketed(entries, bucket)
         shape = _shape_key(chunks)
@@ -59,7 +59,7 @@ class Replica:
             if granularity == "stage":
                 cores = (previous.cores if previous else ()) + group.cores
                 out.append((index, label, LazySegment(
-                    ("serve-stage", self.role, previous is None, _plan_key(self.model, plan), shape), cores,
+                    ("serve-stage", self.role, previous is None, plan_key(self.model, plan), shape), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
                     label, exact_key=True)))
                 continue
@@ -205,7 +205,7 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
     per_token = 2 * model.kv_size * kv_dtype * max(len(r) for r in ranges) / tp
     kv_sram_tokens = int(config.kv_sram_fraction * sram / max(per_token, 1))
     plans = plan_stages(device, model, shim, ranges, groups, everyone, kv_sram_tokens=kv_sram_tokens)
-    builder = _Builder(device, model, shim, get_partition(config.partition), device.config.noc.width,
+    builder = StageBuilder(device, model, shim, get_partition(config.partition), device.config.noc.width,
                        kv_dtype, merge_decode=True)
     return Replica(index, role, groups, plans, builder, model)
 

@@ -114,7 +114,7 @@ def map_llm(device, config, seed: int = 0) -> Program:
     strategy = get_partition(config.partition)
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     plans = plan_stages(device, model, config, split_layers(layers, stages), groups, all_cores)
-    builder = _Builder(device, model, config, strategy, width, kv_dtype)
+    builder = StageBuilder(device, model, config, strategy, width, kv_dtype)
     routing = builder.moe_routing
 
     program = Program(info={"model": model.name, "tp": tp, "pipeline_stages": stages,
@@ -133,7 +133,7 @@ def map_llm(device, config, seed: int = 0) -> Program:
             cores = (previous.cores if previous else ()) + group.cores
             moe_key = routing.key(plan.layers, *window) if routing else ()
             program.append(LazySegment(
-                ("stage", previous is None, _plan_key(model, plan), shape, moe_key), cores,
+                ("stage", previous is None, plan_key(model, plan), shape, moe_key), cores,
                 functools.partial(builder.stage, group, previous, plan, iteration.chunks, label,
                                   token_start=window[0]),
                 label), label)
@@ -152,7 +152,7 @@ def map_llm(device, config, seed: int = 0) -> Program:
     return program
 
 
-def _plan_key(model, plan: StagePlan) -> tuple:
+def plan_key(model, plan: StagePlan) -> tuple:
     """What makes two stages' graphs identical up to where their cores sit: layer
     kinds, which weights are SRAM-resident (by position in the stage) and the KV split."""
     first = plan.layers.start
@@ -174,7 +174,7 @@ def _phase_metrics(phases: list[str], ends: list[int], config) -> dict[str, Any]
             "tokens_per_s": tokens / (total / 1e12) if total else 0.0}
 
 
-class _Builder:
+class StageBuilder:
     """Builds the task graphs of stages and of the LM head."""
 
     def __init__(self, device, model, config, strategy, width: int, kv_dtype: int,
@@ -218,7 +218,7 @@ class _Builder:
         :meth:`build_part`.  The barrier costs the overlap of an attention block with the
         next weight prefetch (measured in docs/serving.md).
         """
-        cache_key = (first, _plan_key(self.model, plan), len(plan.layers), chunks)
+        cache_key = (first, plan_key(self.model, plan), len(plan.layers), chunks)
         cached = self._parts_cache.get(cache_key)
         if cached is not None:
             return cached
