@@ -136,14 +136,14 @@ def map_llm(device, config, seed: int = 0) -> Program:
                 ("stage", previous is None, plan_key(model, plan), shape, moe_key), cores,
                 functools.partial(builder.stage, group, previous, plan, iteration.chunks, label,
                                   token_start=window[0]),
-                label), label)
+                label, exact_key=True), label)
             phases.append(iteration.phase)
         if any(c.sample for c in iteration.chunks):
             label = f"{iteration.label}/lm_head"
             program.append(LazySegment(
                 ("lm_head", plans[-1].lm_head_in_sram, shape), groups[-1].cores + all_cores.cores,
                 functools.partial(builder.lm_head, groups[-1], all_cores, plans[-1],
-                                  iteration.chunks), label), label)
+                                  iteration.chunks), label, exact_key=True), label)
             phases.append(iteration.phase)
     if routing:
         program.info.update(routing.summary(windows),
