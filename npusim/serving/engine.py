@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from pathlib import Path
 from typing import Any, Callable
 
 from npusim.config.presets import REPO_ROOT
@@ -275,4 +274,4 @@ class ServingDriver:
             heapq.heappush(events, (now + run.makespan_ps, next(counter), "kv_ready", (state, target)))
 
 
-__all__ = ["ServingDriver", "Path"]
+__all__ = ["ServingDriver"]

@@ -17,7 +17,7 @@ batch) produce simultaneous arrivals, on purpose.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Sequence, Union
+from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator,

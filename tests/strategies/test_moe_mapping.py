@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from npusim.strategies.npu.llm_memory import _weights_by_layer
 from npusim.strategies.npu.moe_mapping import apply_capacity
 from npusim.workload.llm import LlmWorkloadConfig
 from npusim.workload.models import load_model
-from npusim.workload.routing import (RoutingHeader, RoutingTrace, expert_token_counts,
+from npusim.workload.routing import (RoutingHeader, expert_token_counts,
                                      write_routing_trace)
 from npusim.workload.routing_generators import balanced_trace, zipf_trace
 

@@ -16,7 +16,7 @@ from npusim.core.errors import MappingError
 from npusim.executor.analytic import run_analytic
 from npusim.executor.base import prepare
 from npusim.executor.tlm import run_tlm
-from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
+from npusim.mapping.taskgraph import ComputeTask, TaskGraph, TransferTask
 from npusim.strategies.npu.partition import GemmSpec, get_partition, grid_of
 from npusim.strategies.npu.partition_k import KPartition
 from npusim.strategies.npu.partition_mn import MnPartition

@@ -37,7 +37,7 @@ from npusim.core.errors import MappingError, NpusimError
 from npusim.core.registry import PartConfig
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.strategies.npu.partition import Ports, tile_extent, tile_extents
-from npusim.workload.layer_ops import MoEExperts, expert_ffn_ops
+from npusim.workload.layer_ops import MoEExperts
 
 __all__ = ["ExpertPlacementConfig", "Assignment", "MoeRouting", "expert_placement",
            "expert_plan_weights", "stream_gemm", "TileBuffers", "apply_capacity", "routing_trace", "COMBINE_FLOPS_PER_ELEMENT"]
