@@ -132,6 +132,7 @@ class SystolicArray(ComputeUnit):
         self.rows = config.rows
         self.cols = config.cols
         self.freq_hz = config.freq_hz
+        self._times: dict = {}  # op -> ps: pure, and long runs ask for the same shapes often
 
     # -- closed form -------------------------------------------------------------
     def breakdown(self, m: int, k: int, n: int, batch: int = 1,
@@ -184,12 +185,17 @@ class SystolicArray(ComputeUnit):
 
     def op_time_ps(self, op) -> int:
         """Picoseconds for a ``gemm`` op on an idle array (pure: no statistics touched)."""
+        key = op.signature()
+        cached = self._times.get(key)
+        if cached is not None:
+            return cached
         if not self.supports(op):
             raise MappingError(f"{self.name}: a systolic array runs only 'gemm' ops, "
                                f"got {op.kind!r} ({op.name or 'unnamed'}); "
                                "place element-wise/softmax/reduce ops on a vector unit")
         cycles = self.breakdown(op.m, op.k, op.n, op.batch, op.dtype_bytes).total_cycles
-        return cycles_to_ps(cycles, self.freq_hz)
+        self._times[key] = cycles_to_ps(cycles, self.freq_hz)
+        return self._times[key]
 
     def supports(self, op) -> bool:
         return op.kind == "gemm"

@@ -65,6 +65,7 @@ class VectorUnit(ComputeUnit):
     def __init__(self, name: str, config: VectorConfig):
         super().__init__(name, config)
         self.alus = config.lanes * config.alus_per_lane
+        self._times: dict = {}  # op -> ps: pure, and serving runs ask for the same shapes often
 
     def ops_per_element(self, op) -> int:
         """ALU operations per element of ``op`` (see the module docstring)."""
@@ -91,7 +92,11 @@ class VectorUnit(ComputeUnit):
 
     def op_time_ps(self, op) -> int:
         """Picoseconds for ``op`` on an idle unit (pure: no statistics touched)."""
-        return cycles_to_ps(self.cycles(op), self.config.freq_hz)
+        key = op.signature()
+        cached = self._times.get(key)
+        if cached is None:
+            cached = self._times[key] = cycles_to_ps(self.cycles(op), self.config.freq_hz)
+        return cached
 
     def supports(self, op) -> bool:
         return op.kind in _KINDS
