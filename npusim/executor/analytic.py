@@ -38,25 +38,37 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     heap = [(0, task.id) for task in graph.tasks if not task.deps]
     heapq.heapify(heap)
     unit_free: dict[str, int] = {}
+    free_get = unit_free.get
+    tasks = graph.tasks
+    pop, push = heapq.heappop, heapq.heappush
+    # The loop runs once per task of every timed segment: plain comparisons instead of
+    # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
-        ready, task_id = heapq.heappop(heap)
-        task = graph.tasks[task_id]
-        if isinstance(task, ComputeTask):
+        ready, task_id = pop(heap)
+        task = tasks[task_id]
+        if type(task) is ComputeTask:
             duration = device.compute_unit(task.unit).op_time_ps(task.op)
-            start = max(ready, unit_free.get(task.unit, 0))
+            start = free_get(task.unit, 0)
+            if start < ready:
+                start = ready
             unit_free[task.unit] = start + duration
             account_compute(device, task, duration)
-        elif isinstance(task, TransferTask):
+        elif type(task) is TransferTask:
             duration, reservations, accounting = device.analytic_transfer(task, seed)
             # Each memory and link is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
             start = end = ready
             for name, busy in reservations:
-                served = max(ready, unit_free.get(name, 0)) + busy
+                served = free_get(name, 0)
+                if served < ready:
+                    served = ready
+                served += busy
                 unit_free[name] = served
-                end = max(end, served)
-            duration = max(duration, end - start)
+                if served > end:
+                    end = served
+            if end - start > duration:
+                duration = end - start
             for part, action, busy, size, chunks in accounting:
                 stats = part.stats
                 stats.busy_ps += busy
@@ -68,14 +80,16 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         else:
             assert isinstance(task, HostTask)
             resource = host_resource(task)
-            start = max(ready, unit_free.get(resource, 0)) if resource else ready
+            start = max(ready, free_get(resource, 0)) if resource else ready
             duration = task.duration_ps
             if resource:
                 unit_free[resource] = start + duration
-        starts[task_id], ends[task_id] = start, start + duration
+        end = start + duration
+        starts[task_id], ends[task_id] = start, end
         for successor in successors[task_id]:
-            ready_at[successor] = max(ready_at[successor], start + duration)
+            if ready_at[successor] < end:
+                ready_at[successor] = end
             waiting[successor] -= 1
             if waiting[successor] == 0:
-                heapq.heappush(heap, (ready_at[successor], successor))
+                push(heap, (ready_at[successor], successor))
     return SegmentRun(graph, starts, ends, device.unit_stats(), events=0)
