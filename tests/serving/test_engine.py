@@ -119,3 +119,16 @@ def test_decode_core_variant_needs_disaggregation():
 
     with pytest.raises(ConfigError, match="pd.decode_core needs mode: disaggregation"):
         serve(FUSION, "workload.pd.decode_core={systolic_size: 32}")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("workload.pd.prefill_cores=60", "prefill_cores + decode_cores = 81 exceeds the chip's 64 cores"),
+    ("workload.scheduler=fifo_magic", "unknown scheduler 'fifo_magic'"),
+    ("workload.preemption=swap", "preemption 'swap' needs a memory tier"),
+    ("workload.pd.decode_core={hbm_channels: 3}", "must be a power of two"),
+])
+def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", DISAGG, "-q",
+                           "--set", override, "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
