@@ -17,10 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from npusim.core.errors import NpusimError
 from npusim.core.registry import PartConfig, register
 from npusim.core.units import Bytes
-from npusim.workload.llm import _named_part
+from npusim.workload.llm import ModelMappingChecks, _named_part
 from npusim.workload.trace_generators import TraceSpec
 
 
@@ -87,7 +86,7 @@ class SloConfig(BaseModel):
     tbt_ms: float = Field(200.0, gt=0, description="... and its mean TBT at most this (ms).")
 
 
-class ServingWorkloadConfig(PartConfig):
+class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
     """Serve a request trace with an iteration-level scheduler."""
 
     kind: Literal["serving"] = "serving"
@@ -127,31 +126,10 @@ class ServingWorkloadConfig(PartConfig):
     weight_tile_bytes: Bytes = Field(4 << 20, gt=0, description="Weight tile streamed from HBM.")
     stream_chunk_bytes: Bytes = Field(256 << 10, gt=0, description="Burst group of bulk streams.")
 
-    @field_validator("model")
-    @classmethod
-    def _model_exists(cls, value: str) -> str:
-        from npusim.workload.models import load_model
-
-        try:
-            load_model(value)
-        except NpusimError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
     @field_validator("scheduler")
     @classmethod
     def _scheduler(cls, value: Any) -> Any:
         return _named_part("scheduler", value)
-
-    @field_validator("placement")
-    @classmethod
-    def _placement(cls, value: Any) -> Any:
-        return _named_part("placement", value)
-
-    @field_validator("partition")
-    @classmethod
-    def _partition(cls, value: Any) -> Any:
-        return _named_part("partition", value)
 
     @model_validator(mode="after")
     def _check(self) -> "ServingWorkloadConfig":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from npusim.core import registry
 from npusim.core.errors import MappingError, NpusimError
@@ -68,7 +68,33 @@ class RoutingSpec(PartConfig):
         return self
 
 
-class LlmWorkloadConfig(PartConfig):
+class ModelMappingChecks(BaseModel):
+    """Validators shared by workloads that map a model onto a device: the model exists,
+    and the placement and partition name registered parts (``"ring"`` or ``{kind: ...}``)."""
+
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _model_exists(cls, value: str) -> str:
+        from npusim.workload.models import load_model
+
+        try:
+            load_model(value)
+        except NpusimError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("placement", check_fields=False)
+    @classmethod
+    def _placement(cls, value: Any) -> Any:
+        return _named_part("placement", value)
+
+    @field_validator("partition", check_fields=False)
+    @classmethod
+    def _partition(cls, value: Any) -> Any:
+        return _named_part("partition", value)
+
+
+class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
     """A dense or MoE LLM serving one request (or a fixed batch of identical requests)."""
 
     kind: Literal["llm"] = "llm"
@@ -117,27 +143,6 @@ class LlmWorkloadConfig(PartConfig):
                                      "spilled KV): one simulated memory transaction each. "
                                      "Larger is faster to simulate; the DRAM channel "
                                      "still times every burst inside it.")
-
-    @field_validator("model")
-    @classmethod
-    def _model_exists(cls, value: str) -> str:
-        from npusim.workload.models import load_model
-
-        try:
-            load_model(value)
-        except NpusimError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("placement")
-    @classmethod
-    def _placement(cls, value: Any) -> Any:
-        return _named_part("placement", value)
-
-    @field_validator("partition")
-    @classmethod
-    def _partition(cls, value: Any) -> Any:
-        return _named_part("partition", value)
 
     @field_validator("expert_placement")
     @classmethod
