@@ -74,7 +74,8 @@ class Replica:
             cores = self.groups[-1].cores + self.cores
             everyone = Group(self.cores)
             out.append((len(self.groups), f"r{self.index}.lm_head", LazySegment(
-                ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, shape), cores,
+                ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, len(chunks),
+                 sum(c.sample for c in chunks)), cores,
                 functools.partial(self.builder.lm_head, self.groups[-1], everyone,
                                   self.plans[-1], chunks), f"r{self.index}.lm_head",
                 exact_key=True)))

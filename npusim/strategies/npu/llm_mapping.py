@@ -141,7 +141,9 @@ def map_llm(device, config, seed: int = 0) -> Program:
         if any(c.sample for c in iteration.chunks):
             label = f"{iteration.label}/lm_head"
             program.append(LazySegment(
-                ("lm_head", plans[-1].lm_head_in_sram, shape), groups[-1].cores + all_cores.cores,
+                # The LM head sees one row per sequence, whatever its context length.
+                ("lm_head", plans[-1].lm_head_in_sram, len(iteration.chunks),
+                 sum(c.sample for c in iteration.chunks)), groups[-1].cores + all_cores.cores,
                 functools.partial(builder.lm_head, groups[-1], all_cores, plans[-1],
                                   iteration.chunks), label, exact_key=True), label)
             phases.append(iteration.phase)
