@@ -60,10 +60,21 @@ class Session:
                 graph = prepare(segment.build(), self.device)
                 if segment.exact_key:
                     self.memo.misses += 1
-                    return self._execute(graph)
+                    return self._compact(self._execute(graph))
                 return self.memo.run(graph, self._execute)[0]
             return self.memo.lazy_run(segment.key, segment.cores, compute)
         return self.memo.run(self.prepared(segment), self._execute)
+
+    def _compact(self, run: SegmentRun) -> SegmentRun:
+        """Once no more per-task rows will be recorded, keep only what later hits need
+        (makespan, counters, per-op busy time, start-up lead): a long serving run stores
+        thousands of timed segments, and their graphs would fill the memory."""
+        if self.trace and len(self.columns["task"]) < self.trace_max_tasks:
+            return run
+        busy_by_op(run)
+        run.extra["lead_ps"] = lead_time(run)
+        return SegmentRun(None, [], [run.makespan_ps],  # type: ignore[arg-type]
+                          run.unit_stats, run.events, run.transactions, run.extra)
 
     def run(self, segment: TaskGraph | LazySegment, label: str, start_ps: int) -> SegmentRun:
         """Time ``segment`` and record it as running from ``start_ps``."""
@@ -71,7 +82,8 @@ class Session:
         if "lead_ps" not in run.extra and run.graph is not None:
             run.extra["lead_ps"] = lead_time(run)
         index = len(self.segment_rows)
-        if self.trace and len(self.columns["task"]) + len(run.starts) <= self.trace_max_tasks:
+        if (self.trace and run.starts
+                and len(self.columns["task"]) + len(run.starts) <= self.trace_max_tasks):
             if run.graph is None:  # a lazy hit: build the graph only for its task names
                 assert isinstance(segment, LazySegment)
                 run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
