@@ -280,15 +280,21 @@ class StageBuilder:
                 continue
             layer, op, spill = item
             self._spill = spill
-            deps = self._deps(op, produced, ready) if produced else ready
-            out = self._op(graph, group, plan, op, layer, deps)
-            produced.setdefault(op.name, {core: [] for core in group.cores})
-            for core, ids in out.items():
-                produced[op.name][core].extend(ids)
-            if op.seq is not None:
-                produced[op.label] = out
-            ready = out
+            ready = self._emit(graph, group, plan, layer, op, produced, ready)
         return graph
+
+    def _emit(self, graph: TaskGraph, group: Group, plan: StagePlan, layer: int, op: LayerOp,
+              produced: dict[str, Ready], ready: Ready) -> Ready:
+        """Add ``op`` after its inputs (``produced`` so far, else ``ready``) and record
+        its outputs; returns what the next operator waits for."""
+        deps = self._deps(op, produced, ready) if produced else ready
+        out = self._op(graph, group, plan, op, layer, deps)
+        produced.setdefault(op.name, {core: [] for core in group.cores})
+        for core, ids in out.items():
+            produced[op.name][core].extend(ids)
+        if op.seq is not None:
+            produced[op.label] = out
+        return out
 
     def _entry(self, graph: TaskGraph, group: Group, previous: Group | None,
                chunks: tuple[SequenceChunk, ...]) -> Ready:
@@ -316,17 +322,9 @@ class StageBuilder:
         if self.merge_decode:
             ops = self._merged(ops, chunks, plan)
         produced: dict[str, Ready] = {}
-        previous: Ready = ready
         for op in ops:
-            deps = self._deps(op, produced, previous)
-            out = self._op(graph, group, plan, op, layer, deps)
-            produced.setdefault(op.name, {core: [] for core in group.cores})
-            for core, ids in out.items():
-                produced[op.name][core].extend(ids)
-            if op.seq is not None:
-                produced[op.label] = out
-            previous = out
-        return previous
+            ready = self._emit(graph, group, plan, layer, op, produced, ready)
+        return ready
 
     def _merged(self, ops: list[LayerOp], chunks: tuple[SequenceChunk, ...],
                 plan: StagePlan) -> list[LayerOp]:
