@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 
-from npusim.executor.base import SegmentRun, account_compute, host_resource
+from npusim.executor.base import SegmentRun, host_resource
 from npusim.hw.devices.base import Device
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 
@@ -27,34 +27,58 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     event-driven level would serve them; durations are closed-form.
     """
     device.reset_stats()
-    count = len(graph.tasks)
+    tasks = graph.tasks
+    count = len(tasks)
     starts, ends = [0] * count, [0] * count
-    waiting = [len(task.deps) for task in graph.tasks]
     ready_at = [0] * count
+    waiting = [0] * count
     successors: list[list[int]] = [[] for _ in range(count)]
-    for task in graph.tasks:
-        for dep in task.deps:
-            successors[dep].append(task.id)
-    heap = [(0, task.id) for task in graph.tasks if not task.deps]
-    heapq.heapify(heap)
+    heap: list[int] = []
+    for task_id, task in enumerate(tasks):
+        deps = task.deps
+        if deps:
+            waiting[task_id] = len(deps)
+            for dep in deps:
+                successors[dep].append(task_id)
+        else:
+            heap.append(task_id)  # ready at 0
+    # ``heap`` is sorted (ids ascend), hence already a heap.  Its entries are
+    # ``ready_time * count + id``: ordered as (ready time, id) pairs would be (ids are below
+    # ``count``), without a tuple per task.
     unit_free: dict[str, int] = {}
     free_get = unit_free.get
-    tasks = graph.tasks
     pop, push = heapq.heappop, heapq.heappush
+    # Counters are added once per distinct (unit, op) and per distinct transfer shape at
+    # the end rather than per task: integer sums, so the totals are the same.
+    # ``computes[(unit, id(op))] = [duration, occurrences, unit, op]``: equal ops are
+    # shared between tasks by the lowerings, so the closed-form time is looked up once.
+    computes: dict[tuple[str, int], list] = {}
+    compute_get = computes.get
+    transfers: dict[int, list] = {}  # id(accounting) -> [accounting, occurrences]
+    transfer_get = transfers.get
+    analytic_transfer = device.analytic_transfer
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
-        ready, task_id = pop(heap)
+        task_id = pop(heap) % count
+        ready = ready_at[task_id]
         task = tasks[task_id]
-        if type(task) is ComputeTask:
-            duration = device.compute_unit(task.unit).op_time_ps(task.op)
-            start = free_get(task.unit, 0)
+        kind = type(task)
+        if kind is ComputeTask:
+            unit = task.unit
+            key = (unit, id(task.op))
+            entry = compute_get(key)
+            if entry is None:
+                op = task.op
+                entry = computes[key] = [device.compute_unit(unit).op_time_ps(op), 0, unit, op]
+            entry[1] += 1
+            duration = entry[0]
+            start = free_get(unit, 0)
             if start < ready:
                 start = ready
-            unit_free[task.unit] = start + duration
-            account_compute(device, task, duration)
-        elif type(task) is TransferTask:
-            duration, reservations, accounting = device.analytic_transfer(task, seed)
+            unit_free[unit] = start + duration
+        elif kind is TransferTask:
+            duration, reservations, accounting = analytic_transfer(task, seed)
             # Each memory and link is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
@@ -69,14 +93,11 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                     end = served
             if end - start > duration:
                 duration = end - start
-            for part, action, busy, size, chunks in accounting:
-                stats = part.stats
-                stats.busy_ps += busy
-                if action == "write":
-                    stats.bytes_written += size
-                else:
-                    stats.bytes_read += size
-                stats.transactions += chunks
+            entry = transfer_get(id(accounting))
+            if entry is None:
+                transfers[id(accounting)] = [accounting, 1]
+            else:
+                entry[1] += 1
         else:
             assert isinstance(task, HostTask)
             resource = host_resource(task)
@@ -85,11 +106,26 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if resource:
                 unit_free[resource] = start + duration
         end = start + duration
-        starts[task_id], ends[task_id] = start, end
+        starts[task_id] = start
+        ends[task_id] = end
         for successor in successors[task_id]:
             if ready_at[successor] < end:
                 ready_at[successor] = end
             waiting[successor] -= 1
-            if waiting[successor] == 0:
-                push(heap, (ready_at[successor], successor))
+            if not waiting[successor]:
+                push(heap, ready_at[successor] * count + successor)
+    for duration, occurrences, unit, op in computes.values():
+        stats = device.parts[unit].stats
+        stats.busy_ps += duration * occurrences
+        stats.ops += occurrences
+        stats.flops += op.flops * occurrences
+    for accounting, occurrences in transfers.values():
+        for part, action, busy, size, chunks in accounting:
+            stats = part.stats
+            stats.busy_ps += busy * occurrences
+            if action == "write":
+                stats.bytes_written += size * occurrences
+            else:
+                stats.bytes_read += size * occurrences
+            stats.transactions += chunks * occurrences
     return SegmentRun(graph, starts, ends, device.unit_stats(), events=0)

@@ -34,6 +34,7 @@ Shared assumptions:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import isqrt
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
@@ -172,14 +173,21 @@ def tile_extents(extent: int, per_tile: int) -> list[int]:
 
 
 def gemm_op(gemm: GemmSpec, m: int, k: int, n: int) -> Op:
-    return Op("gemm", m=m, k=k, n=n, batch=gemm.batch, dtype_bytes=gemm.dtype_bytes,
-              name=gemm.name)
+    return _op("gemm", gemm.name, gemm.dtype_bytes, gemm.batch, m, k, n, 0)
 
 
 def add_op(gemm: GemmSpec, elements: int) -> Op:
     """Element-wise add of an incoming partial sum (``elements`` across the batch)."""
-    return Op("elementwise", elements=max(1, elements), dtype_bytes=gemm.dtype_bytes,
-              name="reduce_add")
+    return _op("elementwise", "reduce_add", gemm.dtype_bytes, 1, 1, 1, 1, max(1, elements))
+
+
+@lru_cache(maxsize=4096)
+def _op(kind: str, name: str, dtype_bytes: int, batch: int, m: int, k: int, n: int,
+        elements: int) -> Op:
+    """Equal ops are one shared (immutable) object: a lowering emits the same tile op
+    on every core and step, and the analytic executor then looks its time up once."""
+    return Op(kind, m=m, k=k, n=n, batch=batch, elements=elements, dtype_bytes=dtype_bytes,
+              name=name)
 
 
 # -- placement geometry ----------------------------------------------------------------
