@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from functools import lru_cache
 from typing import Any
 
 from npusim.executor.analytic import run_analytic
@@ -120,8 +121,9 @@ class Session:
 def lead_time(run: SegmentRun) -> int:
     """How long the segment waits before its first computation starts (its exposed
     start-up loads): what a prefetch during the previous segment could hide."""
-    starts = [run.starts[task.id] for task in run.graph.tasks if isinstance(task, ComputeTask)]
-    return min(starts, default=0)
+    # Task ids are positions in the graph, so starts line up with tasks.
+    return min((start for task, start in zip(run.graph.tasks, run.starts)
+                if isinstance(task, ComputeTask)), default=0)
 
 
 def task_fields(task) -> tuple[str, str, str, int, int]:
@@ -139,16 +141,27 @@ def task_fields(task) -> tuple[str, str, str, int, int]:
 def append_rows(columns: dict[str, list], run: SegmentRun, index: int, label: str,
                 offset: int) -> None:
     """One row per task of ``run`` (joins of collectives omitted), times shifted by ``offset``."""
-    for task in run.graph.tasks:
+    # The column lists are looked up once: this runs once per traced task.
+    (segments, labels, ids, names, ops, kinds, units, starts, ends, durations, flops_col,
+     bytes_col) = (columns[name] for name in OP_COLUMNS)
+    for task, start, end in zip(run.graph.tasks, run.starts, run.ends):
         kind, unit, op, flops, size = task_fields(task)
         if kind == "host" and task.resource == "none":
             continue  # collective joins: zero-time bookkeeping
-        start, end = run.starts[task.id] + offset, run.ends[task.id] + offset
-        for name, value in (("segment", index), ("label", label), ("task", task.id),
-                            ("name", task.name), ("op", op), ("type", kind), ("unit", unit),
-                            ("start_ps", start), ("end_ps", end), ("duration_ps", end - start),
-                            ("flops", flops), ("bytes", size)):
-            columns[name].append(value)
+        start += offset
+        end += offset
+        segments.append(index)
+        labels.append(label)
+        ids.append(task.id)
+        names.append(task.name)
+        ops.append(op)
+        kinds.append(kind)
+        units.append(unit)
+        starts.append(start)
+        ends.append(end)
+        durations.append(end - start)
+        flops_col.append(flops)
+        bytes_col.append(size)
 
 
 def busy_by_op(run: SegmentRun) -> dict[str, int]:
@@ -159,11 +172,31 @@ def busy_by_op(run: SegmentRun) -> dict[str, int]:
     if cached is None and run.graph is None:
         return {}
     if cached is None:
-        cached = defaultdict(int)
-        for task in run.graph.tasks:
-            kind, _, op, _, _ = task_fields(task)
-            if kind == "host" and task.resource == "none":
-                continue
-            cached[_LAYER_PREFIX.sub("", op)] += run.ends[task.id] - run.starts[task.id]
-        run.extra["busy_by_op"] = cached = dict(cached)
+        # Summed per op name as the tasks carry it first, then per name without its layer
+        # prefix: a segment has a few hundred distinct names and tens of thousands of
+        # tasks.  Keys keep the order of their first task either way.
+        by_name: dict[str, int] = {}
+        get = by_name.get
+        for task, start, end in zip(run.graph.tasks, run.starts, run.ends):
+            kind = type(task)
+            if kind is ComputeTask:
+                op = task.op.name or task.op.kind
+            elif kind is TransferTask:
+                op = "transfer"
+            else:
+                kind, _, op, _, _ = task_fields(task)
+                if kind == "host" and task.resource == "none":
+                    continue
+            by_name[op] = get(op, 0) + end - start
+        cached = {}
+        for op, busy in by_name.items():
+            op = _without_layer(op)
+            cached[op] = cached.get(op, 0) + busy
+        run.extra["busy_by_op"] = cached
     return cached
+
+
+@lru_cache(maxsize=4096)
+def _without_layer(op: str) -> str:
+    """``L3.q_proj`` -> ``q_proj``."""
+    return _LAYER_PREFIX.sub("", op)
