@@ -37,8 +37,8 @@ from typing import Literal, Mapping, Sequence
 
 from npusim.core.registry import PartConfig, register
 from npusim.mapping.taskgraph import TaskGraph
-from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports, add_op,
-                                             ceil_div, gemm_op, join_outputs,
+from npusim.strategies.npu.partition import (GemmSpec, LoweringReplay, PartitionCost, Ports,
+                                             add_op, ceil_div, gemm_op, join_outputs,
                                              max_ring_hops, splits, tile_extent, tile_extents)
 from npusim.strategies.npu.placement import Group
 
@@ -55,11 +55,17 @@ class KPartition:
 
     def __init__(self, config: KPartitionConfig | None = None):
         self.config = config or KPartitionConfig()
+        self._replay = LoweringReplay(self._lower)
 
     def lower(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
               deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
         """Add the fused reduce-scatter and the all-gather of ``gemm`` on ``group``;
         returns one join id per core after which it holds the whole ``C``."""
+        return self._replay(graph, gemm, group, deps, width)
+
+    def _lower(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
+               deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
+        """The lowering itself (:meth:`lower` records it once per shape and replays it)."""
         ring = tuple(group.cores)
         tp, label, eb = len(ring), gemm.name, gemm.elem_bytes
         k_parts, blocks = splits(gemm.k, tp), splits(gemm.n, tp)

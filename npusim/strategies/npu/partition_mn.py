@@ -42,9 +42,9 @@ from pydantic import Field
 
 from npusim.core.registry import PartConfig, register
 from npusim.mapping.taskgraph import TaskGraph
-from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports, ceil_div,
-                                             join_outputs, max_ring_hops, rotate_rings,
-                                             splits, tile_extent)
+from npusim.strategies.npu.partition import (GemmSpec, LoweringReplay, PartitionCost, Ports,
+                                             ceil_div, join_outputs, max_ring_hops,
+                                             rotate_rings, splits, tile_extent)
 from npusim.strategies.npu.placement import Group
 
 
@@ -64,11 +64,17 @@ class MnPartition:
 
     def __init__(self, config: MnPartitionConfig | None = None):
         self.config = config or MnPartitionConfig()
+        self._replay = LoweringReplay(self._lower)
 
     def lower(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
               deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
         """Add the rotation steps of ``gemm`` on ``group``; returns one join id per core
         after which its output slice (``C[M_i, :]`` or ``C[:, N_i]``) is complete."""
+        return self._replay(graph, gemm, group, deps, width)
+
+    def _lower(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
+               deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
+        """The lowering itself (:meth:`lower` records it once per shape and replays it)."""
         ring = tuple(group.cores)
         tp = len(ring)
         if self.config.rotate == "weight":

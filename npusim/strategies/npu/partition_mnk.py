@@ -44,8 +44,8 @@ from pydantic import Field
 
 from npusim.core.registry import PartConfig, register
 from npusim.mapping.taskgraph import TaskGraph
-from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports, ceil_div,
-                                             grid_of, join_outputs, max_ring_hops,
+from npusim.strategies.npu.partition import (GemmSpec, LoweringReplay, PartitionCost, Ports,
+                                             ceil_div, grid_of, join_outputs, max_ring_hops,
                                              ring_allreduce, rotate_rings, splits,
                                              tile_extent, tile_extents)
 from npusim.strategies.npu.placement import Group
@@ -69,6 +69,7 @@ class MnkPartition:
 
     def __init__(self, config: MnkPartitionConfig | None = None):
         self.config = config or MnkPartitionConfig()
+        self._replay = LoweringReplay(self._lower)
 
     def _grid(self, group: Group) -> tuple[tuple[int, ...], ...]:
         return grid_of(group, self.config.rows)
@@ -77,6 +78,11 @@ class MnkPartition:
               deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
         """Add ``gemm`` on the group's grid; returns one join id per core after which its
         output slice (``C[M_r, :]`` or ``C[:, N_r]``) is complete."""
+        return self._replay(graph, gemm, group, deps, width)
+
+    def _lower(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
+               deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
+        """The lowering itself (:meth:`lower` records it once per shape and replays it)."""
         grid = self._grid(group)
         R, C = len(grid), len(grid[0])
         columns = [tuple(grid[r][c] for r in range(R)) for c in range(C)]
