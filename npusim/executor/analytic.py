@@ -13,6 +13,9 @@ graph the two agree closely, and that agreement is tested.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
+from functools import partial
+from itertools import chain, repeat
 
 from npusim.executor.base import SegmentRun, host_resource
 from npusim.hw.devices.base import Device
@@ -31,17 +34,18 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     count = len(tasks)
     starts, ends = [0] * count, [0] * count
     ready_at = [0] * count
-    waiting = [0] * count
-    successors: list[list[int]] = [[] for _ in range(count)]
-    heap: list[int] = []
-    for task_id, task in enumerate(tasks):
-        deps = task.deps
-        if deps:
-            waiting[task_id] = len(deps)
-            for dep in deps:
-                successors[dep].append(task_id)
-        else:
-            heap.append(task_id)  # ready at 0
+    deps_of = [task.deps for task in tasks]
+    waiting = list(map(len, deps_of))
+    # Successors in compressed form: ``after[first[i]:first[i + 1]]`` are the tasks that
+    # wait for task ``i``, in ascending order.  Built from flat lists of ints by C-level
+    # iterators and a stable sort: a list per task would be as many container objects as
+    # tasks, which the garbage collector then walks again and again in a long run.
+    sources = list(chain.from_iterable(deps_of))
+    targets = list(chain.from_iterable(map(repeat, range(count), waiting)))
+    after = list(map(targets.__getitem__, sorted(range(len(sources)), key=sources.__getitem__)))
+    sources.sort()
+    first = list(map(partial(bisect_left, sources), range(count + 1)))
+    heap = [task_id for task_id, deps in enumerate(deps_of) if not deps]  # ready at 0
     # ``heap`` is sorted (ids ascend), hence already a heap.  Its entries are
     # ``ready_time * count + id``: ordered as (ready time, id) pairs would be (ids are below
     # ``count``), without a tuple per task.
@@ -108,7 +112,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         end = start + duration
         starts[task_id] = start
         ends[task_id] = end
-        for successor in successors[task_id]:
+        for successor in after[first[task_id]:first[task_id + 1]]:
             if ready_at[successor] < end:
                 ready_at[successor] = end
             waiting[successor] -= 1

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from npusim.hw.devices.base import Device
 from npusim.mapping.collectives import expand_collectives
-from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
+from npusim.mapping.taskgraph import (CollectiveTask, ComputeTask, HostTask, TaskGraph,
+                                      TransferTask)
 
 
 @dataclass
@@ -32,7 +33,11 @@ class SegmentRun:
 
 def prepare(graph: TaskGraph, device: Device) -> TaskGraph:
     """Expand collectives over the device topology; check every unit name eagerly."""
-    expanded = expand_collectives(graph, device.reduce_unit)
+    # A graph without collectives is its own expansion; the kinds present are found
+    # without a Python-level pass over the tasks.
+    kinds = set(map(type, graph.tasks))
+    expanded = (expand_collectives(graph, device.reduce_unit)
+                if any(issubclass(kind, CollectiveTask) for kind in kinds) else graph)
     # Names are checked once per device: long runs build thousands of graphs over the
     # same few hundred units and routes.
     checked = device.checked_names
