@@ -122,7 +122,19 @@ class ServingDriver:
             start = now
             current = -1
             shadow = 0  # length of the attention block just run (DMA idle, can prefetch)
+            stages = len(replica.groups)
             for position, label, segment in segments:
+                if position == stages:
+                    # The LM head is split over every core of the replica.  Each stage
+                    # does its share in its own timeline, after this micro-batch's layers
+                    # (in steady state it interleaves with the next micro-batches), so
+                    # the cores are never booked twice; the token is out one head
+                    # makespan after the last stage.
+                    run = session.run(segment, f"it{iterations[replica.index]}/{label}", start)
+                    for k in range(stages):
+                        free[k] += run.makespan_ps
+                    start = free[position] = start + run.makespan_ps
+                    continue
                 if position != current:  # a new stage: wait for it to be free
                     start = max(start, free[position])
                     current, shadow = position, 0
