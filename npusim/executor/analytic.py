@@ -15,7 +15,8 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
+from operator import attrgetter, not_
 
 from npusim.executor.base import SegmentRun, host_resource
 from npusim.hw.devices.base import Device
@@ -34,7 +35,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     count = len(tasks)
     starts, ends = [0] * count, [0] * count
     ready_at = [0] * count
-    deps_of = [task.deps for task in tasks]
+    deps_of = list(map(attrgetter("deps"), tasks))
     waiting = list(map(len, deps_of))
     # Successors in compressed form: ``after[first[i]:first[i + 1]]`` are the tasks that
     # wait for task ``i``, in ascending order.  Built from flat lists of ints by C-level
@@ -45,7 +46,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     after = list(map(targets.__getitem__, sorted(range(len(sources)), key=sources.__getitem__)))
     sources.sort()
     first = list(map(partial(bisect_left, sources), range(count + 1)))
-    heap = [task_id for task_id, deps in enumerate(deps_of) if not deps]  # ready at 0
+    heap = list(compress(range(count), map(not_, waiting)))  # no dependency: ready at 0
     # ``heap`` is sorted (ids ascend), hence already a heap.  Its entries are
     # ``ready_time * count + id``: ordered as (ready time, id) pairs would be (ids are below
     # ``count``), without a tuple per task.

@@ -398,14 +398,23 @@ Lowering = Callable[[TaskGraph, GemmSpec, Group, Mapping[int, Sequence[int]], in
                     "dict[int, list[int]]"]
 
 
+# Task kinds in a recording.
+_COMPUTE, _TRANSFER, _HOST, _OTHER = range(4)
+
+
 @dataclass
 class _Recording:
     """Tasks of one lowering on a scratch graph whose first ``placeholders`` tasks stand
-    for the ids it waits for (in their order); names and ops carry :data:`_LABEL`."""
+    for the ids it waits for (in their order); names and ops carry :data:`_LABEL`.
+
+    Each task is kept as a tuple of strings, ints and its dependency tuple (``_COMPUTE``
+    ops by their index in ``ops``): such tuples are not tracked by the garbage collector,
+    which would otherwise walk every recorded task on each full collection of a long run.
+    """
 
     placeholders: int
-    tasks: list
-    labelled_ops: dict[int, Op]  # id -> op whose name holds the label
+    tasks: list[tuple]
+    ops: list[Op]
     outputs: dict[int, list[int]]
 
 
@@ -431,7 +440,8 @@ class LoweringReplay:
     def __call__(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
                  deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
         waited = sorted({dep for ids in deps.values() for dep in ids})
-        if type(graph) is not TaskGraph or (waited and not 0 <= waited[0] <= waited[-1] < len(graph)):
+        if type(graph) is not TaskGraph or (waited and not 0 <= waited[0] <= waited[-1]
+                                            < len(graph)):
             return self.lower(graph, gemm, group, deps, width)  # let it raise as it would
         rank = {dep: index for index, dep in enumerate(waited)}
         pattern = tuple((core, tuple(rank[dep] for dep in ids)) for core, ids in deps.items())
@@ -452,10 +462,24 @@ class LoweringReplay:
             scratch.host(0, resource="none")
         outputs = self.lower(scratch, spec, group, {core: list(ids) for core, ids in pattern},
                              width)
-        tasks = scratch.tasks[placeholders:]
-        labelled = {id(task.op): task.op for task in tasks
-                    if isinstance(task, ComputeTask) and _LABEL in task.op.name}
-        return _Recording(placeholders, tasks, labelled, outputs)
+        ops: dict[int, int] = {}  # id(op) -> index in the recording's ops
+        shared: list[Op] = []
+        tasks: list[tuple] = []
+        for task in scratch.tasks[placeholders:]:
+            kind = type(task)
+            if kind is ComputeTask:
+                index = ops.setdefault(id(task.op), len(shared))
+                if index == len(shared):
+                    shared.append(task.op)
+                tasks.append((_COMPUTE, task.deps, task.name, task.unit, index))
+            elif kind is TransferTask:
+                tasks.append((_TRANSFER, task.deps, task.name, task.src, task.dst,
+                              task.size_bytes, task.pattern, task.chunk_bytes))
+            elif kind is HostTask:
+                tasks.append((_HOST, task.deps, task.name, task.duration_ps, task.resource))
+            else:
+                tasks.append((_OTHER, task.deps, task.name, task))
+        return _Recording(placeholders, tasks, shared, outputs)
 
 
 def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: str
@@ -467,21 +491,18 @@ def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: s
     # Recorded id -> id in ``graph``: placeholders first, then the recorded tasks.
     where = waited + list(range(first, first + len(recording.tasks)))
     at = where.__getitem__
-    ops = {key: replace(op, name=op.name.replace(_LABEL, label))
-           for key, op in recording.labelled_ops.items()}
+    ops = [replace(op, name=op.name.replace(_LABEL, label)) if _LABEL in op.name else op
+           for op in recording.ops]
     append = tasks.append
-    for task_id, task in enumerate(recording.tasks, first):
-        deps = tuple(map(at, task.deps))
-        name = task.name.replace(_LABEL, label)
-        kind = type(task)
-        if kind is ComputeTask:
-            op = task.op
-            append(ComputeTask(task.unit, ops.get(id(op), op), deps, name, task_id))
-        elif kind is TransferTask:
-            append(TransferTask(task.src, task.dst, task.size_bytes, deps, name, task.pattern,
-                                task.chunk_bytes, task_id))
-        elif kind is HostTask:
-            append(HostTask(task.duration_ps, task.resource, deps, name, task_id))
+    for task_id, record in enumerate(recording.tasks, first):
+        kind, deps, name = record[0], tuple(map(at, record[1])), record[2].replace(_LABEL, label)
+        if kind == _COMPUTE:
+            append(ComputeTask(record[3], ops[record[4]], deps, name, task_id))
+        elif kind == _TRANSFER:
+            append(TransferTask(record[3], record[4], record[5], deps, name, record[6],
+                                record[7], task_id))
+        elif kind == _HOST:
+            append(HostTask(record[3], record[4], deps, name, task_id))
         else:
-            append(replace(task, deps=deps, name=name, id=task_id))
+            append(replace(record[3], deps=deps, name=name, id=task_id))
     return {core: [where[i] for i in ids] for core, ids in recording.outputs.items()}
