@@ -335,27 +335,34 @@ class StageBuilder:
             return ops
         first = decode[0]
         members = set(decode)
-        merged: dict[str, LayerOp] = {}
+        groups: dict[str, list[LayerOp]] = {}
         out: list[LayerOp] = []
         for op in ops:
             if op.seq is None or op.seq not in members:
                 out.append(op)
-                continue
-            if op.name not in merged:
-                merged[op.name] = op
-                out.append(op)  # placeholder, replaced below
-                continue
-            base = merged[op.name]
-            inner = base.op
-            if op.name == "attn_qk":
-                inner = replace(inner, n=inner.n + op.op.n)
-            elif op.name == "attn_av":
-                inner = replace(inner, k=inner.k + op.op.k)
+            elif op.name in groups:
+                groups[op.name].append(op)
             else:
-                inner = replace(inner, elements=inner.elements + op.op.elements)
-            merged[op.name] = replace(base, op=inner,
-                                      kv_read_bytes=base.kv_read_bytes + op.kv_read_bytes,
-                                      kv_write_bytes=base.kv_write_bytes + op.kv_write_bytes)
+                groups[op.name] = [op]
+                out.append(op)  # placeholder, replaced below
+        # One replace per op kind (sums over the whole group): a large decode batch
+        # would otherwise copy the op once per sequence.
+        merged: dict[str, LayerOp] = {}
+        for name, group in groups.items():
+            base, rest = group[0], group[1:]
+            if rest:
+                inner = base.op
+                if name == "attn_qk":
+                    inner = replace(inner, n=inner.n + sum(op.op.n for op in rest))
+                elif name == "attn_av":
+                    inner = replace(inner, k=inner.k + sum(op.op.k for op in rest))
+                else:
+                    inner = replace(inner, elements=inner.elements
+                                    + sum(op.op.elements for op in rest))
+                base = replace(base, op=inner,
+                               kv_read_bytes=sum(op.kv_read_bytes for op in group),
+                               kv_write_bytes=sum(op.kv_write_bytes for op in group))
+            merged[name] = base
         reads = sum(c.context_len for i, c in enumerate(chunks) if i in members)
         spilled_reads = sum(c.context_len * plan.kv_read_hbm_fraction(c.context_len)
                             for i, c in enumerate(chunks) if i in members)
