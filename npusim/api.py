@@ -6,8 +6,10 @@ between calls and writes nothing; the same config and seed give the same Result.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -46,6 +48,29 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     ``run.mode``; ``overrides`` are ``path=value`` strings as on the command line;
     ``progress(done, total)`` is called after each segment.
     """
+    with _few_full_collections():
+        return _simulate(config, mode, overrides, progress)
+
+
+@contextmanager
+def _few_full_collections():
+    """Run with a larger generation-0 threshold, restored afterwards.
+
+    A timing miss allocates ~10^5 short-lived task objects, and the memo caches keep
+    growing, so with CPython's default thresholds a long serving run spends a quarter of
+    its time in full collections that find almost nothing (the task graphs are freed by
+    reference counting).  Measured on the 300-request Azure replay: 51 s -> 38 s.
+    """
+    previous = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*previous)
+
+
+def _simulate(config: Any, mode: str | None, overrides: Iterable[str],
+              progress: Callable[[int, int], None] | None) -> Result:
     started = time.perf_counter()
     overrides = list(overrides) + ([f"run.mode={mode}"] if mode else [])
     scenario = _as_scenario(config, overrides)

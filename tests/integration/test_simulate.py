@@ -80,3 +80,14 @@ def test_memoisation_reuses_identical_segments_with_identical_timing():
     assert memo["memo"] == {"hits": 3, "misses": 1, "hit_rate": 0.75}
     assert memo["latency_ps"] == plain["latency_ps"]
     assert memo["events"] < plain["events"]
+
+
+def test_simulate_restores_the_garbage_collector_thresholds_even_on_error():
+    import gc
+
+    before = gc.get_threshold()
+    simulate(QUICKSTART, mode="analytic")
+    assert gc.get_threshold() == before
+    with pytest.raises(Exception):
+        simulate(scenario([{"name": "x", "kind": "nonsense"}]))
+    assert gc.get_threshold() == before
