@@ -97,6 +97,12 @@ def test_small_and_large_core_chips_have_the_same_totals():
     assert totals(small) == totals(large)
 
 
+def test_small_and_large_core_chips_have_the_same_bisection_bandwidth():
+    large, small = load("npu/large_core_64"), load("npu/small_core_256")
+    assert (small.noc.height * small.noc.link_bandwidth_bps
+            == large.noc.height * large.noc.link_bandwidth_bps)
+
+
 def test_ascend_910b2_totals():
     hw = load("npu/ascend_910b")
     cores = hw.num_cores
