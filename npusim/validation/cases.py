@@ -141,6 +141,11 @@ def load_cases(directory: Path = CASES_DIR) -> list[Case]:
         data = read_yaml(path) or {}
         if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
             raise ConfigError(str(path), [("cases", "expected a list of cases")])
+        unknown = [key for key in data if key not in ("suite", "cases")
+                   and not str(key).startswith("x-")]
+        if unknown:  # x-* keys only hold YAML anchors shared by several cases
+            raise ConfigError(str(path), [(str(unknown[0]), "unknown top-level key; expected "
+                                           "'suite', 'cases' or an 'x-' anchor block")])
         suite = data.get("suite", path.stem)
         for index, raw in enumerate(data["cases"]):
             raw = {"suite": suite, **raw} if isinstance(raw, dict) else raw

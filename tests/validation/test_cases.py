@@ -24,6 +24,7 @@ import pytest
 from npusim.config.loader import load_scenario
 from npusim.config.presets import REPO_ROOT
 from npusim.validation.bench_registry import bench_names
+from npusim.core.errors import ConfigError
 from npusim.validation.cases import CASES_DIR, load_cases
 from npusim.validation.runner import run_cases
 
@@ -49,6 +50,12 @@ def test_case_file_loads_on_its_own(path, tmp_path):
     shutil.copy(path, tmp_path / path.name)
     cases = load_cases(tmp_path)
     assert cases, f"{path.name} holds no cases"
+
+
+def test_a_misspelt_top_level_key_is_named(tmp_path):
+    (tmp_path / "bad.yaml").write_text("suite: x\ncasse: []\ncases: []\n")
+    with pytest.raises(ConfigError, match="casse"):
+        load_cases(tmp_path)
 
 
 @pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
