@@ -26,6 +26,7 @@ Bandwidth: ``peak_bandwidth_bps = channels * burst_bytes / (tbl_cycles * tck_ps)
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Generator, Literal
 
@@ -36,10 +37,17 @@ from npusim.core.units import PS_PER_S, Bytes, TimePs
 from npusim.hw.base import SEQUENTIAL, AccessPattern, MemoryTarget, MemoryTransaction
 from npusim.hw.memory.dram_controller import (ChannelController, ChannelRequest, DelayedEvent,
                                               DramCommand)
-from npusim.hw.memory.dram_mapping import AddressMapping, DramCoord, Segment, is_power_of_two, runs
+from npusim.hw.memory.dram_mapping import (AddressMapping, BatchRun, DramCoord, Segment,
+                                          is_power_of_two, runs)
 from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming, column_plan
 
 __all__ = ["DramConfig", "DramChannel", "DramHandle", "DramCommand", "DramCoord"]
+
+#: Per DRAM config: (request templates, column plans, controller decisions); see
+#: DramChannel.__init__.
+_SHARED: dict[Any, tuple[dict, dict, dict]] = {}
+#: Unique id of each request template's per-channel share (key of the decision memo).
+_SHAPE_IDS = itertools.count()
 
 
 def _cycles(description: str, default: int | None = None) -> Any:
@@ -227,7 +235,17 @@ class DramChannel(MemoryTarget):
         self._controllers: list[ChannelController] = []
         self._seq = 0
         self._bus_busy_ps = 0
-        self._plans: dict[tuple, ColumnPlan] = {}
+        # Request templates, column plans and scheduling decisions depend only on the
+        # config, so every channel part built from an equal config shares them (an NPU
+        # has one per core, all alike).
+        shared = _SHARED.get(config)
+        if shared is None:
+            if len(_SHARED) > 16:  # many configs in one process (sweeps, tests): start over
+                _SHARED.clear()
+            shared = _SHARED[config] = ({}, {}, {})
+        self._layouts: dict[tuple, list[tuple]] = shared[0]
+        self._plans: dict[tuple, ColumnPlan] = shared[1]
+        self._decisions: dict[tuple, Any] = shared[2]
 
     # -- tlm -------------------------------------------------------------------------
     def bind(self, env: Any) -> None:
@@ -240,6 +258,7 @@ class DramChannel(MemoryTarget):
             for ch in range(cfg.channels)]
         for controller in self._controllers:
             controller.command_log = self.command_log
+            controller.decisions = self._decisions
             controller.bind(env)
 
     def reset_stats(self) -> None:
@@ -266,27 +285,66 @@ class DramChannel(MemoryTarget):
         if env is None or not self._controllers:
             raise RuntimeError(f"{self.name}: bind(env) before submitting transactions")
         txn.begin_req_ps = env.now
-        by_channel = runs(self.mapping, txn.addr, max(1, txn.size_bytes))
-        handle = DramHandle(txn, DelayedEvent(env), len(by_channel), len(by_channel))
-        plans = self._plans
-        for channel, channel_runs in by_channel.items():
-            controller = self._controllers[channel]
+        layout, row_base = self._layout(txn.addr, max(1, txn.size_bytes))
+        handle = DramHandle(txn, DelayedEvent(env), len(layout), len(layout))
+        on_accept = lambda now, h=handle: self._on_accept(h, now)  # noqa: E731
+        on_commit = lambda first, end, h=handle: self._on_commit(h, first, end)  # noqa: E731
+        controllers = self._controllers
+        for channel, channel_runs, run_plans, bursts, shape in layout:
             self._seq += 1
-            run_plans = []
-            bursts = 0
-            for run in channel_runs:
-                key = tuple((s.rank, s.bank_group, s.bursts) for s in run.segments)
-                plan = plans.get(key)
-                if plan is None:
-                    plan = plans[key] = column_plan(run.segments, self.timing)
-                run_plans.append(plan)
-                bursts += len(run.deltas) * sum(s.bursts for s in run.segments)
-            request = ChannelRequest(
-                tuple(channel_runs), tuple(run_plans), bursts, txn.is_write,
-                self._seq, lambda now, h=handle: self._on_accept(h, now),
-                lambda first, end, h=handle: self._on_commit(h, first, end))
-            controller.offer(request)
+            controllers[channel].offer(ChannelRequest(
+                channel_runs, run_plans, bursts, txn.is_write, self._seq, on_accept, on_commit,
+                row_base=row_base, shape=shape))
         return handle
+
+    def _layout(self, addr: int, size: int) -> tuple[list[tuple], int]:
+        """Per channel ``(channel, runs, plans, bursts, shape)`` of a request, and the row
+        its runs' rows are relative to.
+
+        The bursts of a request share every address bit above the highest bit in which
+        its first and last burst differ.  Those common bits decode to fixed offsets of
+        every field, added to what the low bits decode to (the mapping ORs disjoint
+        bits), so a request is a *template* (the low bits: where it starts inside an
+        aligned block, and its size) shifted by them.  A sequential stream repeats a few
+        templates at ever new rows, so the runs, column plans and a ``shape`` token (the
+        controllers memoise their scheduling decisions by it, see
+        :meth:`ChannelController._commit`) are built once per template and reused with a
+        ``row_base`` that the controllers add to the template's rows.
+        """
+        shift = self.mapping.offset_bits
+        first = addr >> shift
+        last = (addr + size - 1) >> shift
+        bits = (first ^ last).bit_length()
+        high = first >> bits << bits
+        hv = self.mapping._decode_burst(high)
+        key = (first - high, last - high, hv[0], hv[1], hv[2], hv[3])
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = self._build_layout(
+                (first - high) << shift, (last - first + 1) << shift, hv)
+        return layout, hv[4]
+
+    def _build_layout(self, addr: int, size: int, hv: list[int]) -> list[tuple]:
+        """The template of :meth:`_layout`: the runs of the low address bits shifted by
+        the high bits' channel, rank, bank group and bank (rows stay relative)."""
+        d_ch, d_rank, d_bg, d_bank = hv[0], hv[1], hv[2], hv[3]
+        layout = []
+        for channel, channel_runs in runs(self.mapping, addr, size).items():
+            moved, run_plans, bursts = [], [], 0
+            for run in channel_runs:
+                segs = tuple(Segment(s.channel + d_ch, s.rank + d_rank, s.bank_group + d_bg,
+                                     s.bank + d_bank, s.row, s.bursts, s.first)
+                             for s in run.segments)
+                moved.append(BatchRun(channel + d_ch, segs, run.deltas, run.period))
+                plan_key = tuple((s.rank, s.bank_group, s.bursts) for s in segs)
+                plan = self._plans.get(plan_key)
+                if plan is None:
+                    plan = self._plans[plan_key] = column_plan(segs, self.timing)
+                run_plans.append(plan)
+                bursts += len(run.deltas) * sum(s.bursts for s in segs)
+            layout.append((channel + d_ch, tuple(moved), tuple(run_plans), bursts,
+                           next(_SHAPE_IDS)))
+        return layout
 
     def transact(self, txn: MemoryTransaction) -> Generator[Any, Any, MemoryTransaction]:
         """SimPy process body: BEGIN_REQ -> END_REQ (waits while the queue is full) ->
