@@ -8,6 +8,7 @@ is simulated per cycle.
 
 from __future__ import annotations
 
+from heapq import heappop
 from typing import Any, Generator
 
 from npusim.executor.base import SegmentRun, account_compute, host_resource
@@ -28,6 +29,32 @@ def _counting_environment():
         def step(self) -> None:
             self.events_processed += 1
             super().step()
+
+        def run(self, until: Any = None) -> Any:
+            """``Environment.run()``; without ``until`` (how the executor runs) the
+            loop of :meth:`step` is inlined: one Python call less per event, a few
+            percent of a tlm run.  Same order, same failure handling."""
+            if until is not None:
+                return super().run(until)
+            queue = self._queue
+            processed = 0
+            try:
+                while queue:
+                    self._now, _, _, event = heappop(queue)
+                    processed += 1
+                    callbacks, event.callbacks = event.callbacks, None
+                    for callback in callbacks:
+                        callback(event)
+                    if not event._ok and not hasattr(event, "_defused"):
+                        exc = type(event._value)(*event._value.args)
+                        exc.__cause__ = event._value
+                        raise exc
+                # step() counts the call that finds the queue empty (and ends run());
+                # counted here too, so event counts match the plain loop's.
+                processed += 1
+            finally:
+                self.events_processed += processed
+            return None
 
     return CountingEnvironment()
 

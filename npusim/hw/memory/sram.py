@@ -99,8 +99,8 @@ class Sram(MemoryTarget):
         super().__init__(name, config)
         self.capacity_bytes = config.capacity_bytes
         self._bank_free_ps: list[int] = [0] * config.banks
-        self._busy_ps: dict[int, int] = {}  # bank bytes -> busy ps (hot in tlm)
-        self._shares: dict[tuple[int, int], list[int]] = {}
+        self._shares: dict[tuple[int, int], tuple[int, list[tuple[int, int]]]] = {}
+        self._latency_ps = cycles_to_ps(config.access_latency_cycles, config.freq_hz)
 
     # -- closed form -------------------------------------------------------------
     def _bank_cycles(self, nbytes: int) -> int:
@@ -120,6 +120,17 @@ class Sram(MemoryTarget):
         cycles = self.config.access_latency_cycles + self.data_cycles(size_bytes)
         return cycles_to_ps(cycles, self.config.freq_hz)
 
+    def _bank_busy(self, offset: int, size: int) -> tuple[int, list[tuple[int, int]]]:
+        """``(busy, [])`` if every bank is busy for ``busy`` ps moving ``size`` bytes from
+        ``offset``, else ``(0, [(bank, busy ps)] of the touched banks in bank order)``."""
+        cfg = self.config
+        shares = bank_bytes(offset, size, cfg.banks, cfg.interleave_bytes)
+        touched = [(bank, cycles_to_ps(self._bank_cycles(nbytes), cfg.freq_hz))
+                   for bank, nbytes in enumerate(shares) if nbytes]
+        if len(touched) == cfg.banks and len({busy for _, busy in touched}) == 1:
+            return touched[0][1], []
+        return 0, touched
+
     @property
     def peak_bandwidth_bps(self) -> int:
         return self.config.bytes_per_cycle * self.config.freq_hz
@@ -137,7 +148,7 @@ class Sram(MemoryTarget):
         cfg = self.config
         now = env.now
         txn.begin_req_ps = now
-        latency = cycles_to_ps(cfg.access_latency_cycles, cfg.freq_hz)
+        latency = self._latency_ps
         if txn.size_bytes <= 0:
             txn.end_req_ps = txn.begin_resp_ps = now
             txn.end_resp_ps = now + latency
@@ -148,27 +159,30 @@ class Sram(MemoryTarget):
             key = (txn.addr % round_bytes, txn.size_bytes)
             shares = self._shares.get(key)
             if shares is None:
-                shares = self._shares[key] = bank_bytes(key[0], txn.size_bytes, cfg.banks,
-                                                        cfg.interleave_bytes)
-            first_start, last_end, service = None, now, 0
+                shares = self._shares[key] = self._bank_busy(key[0], txn.size_bytes)
+            uniform, touched = shares
             free = self._bank_free_ps
-            busy_of = self._busy_ps
-            for bank, nbytes in enumerate(shares):
-                if not nbytes:
-                    continue
-                busy = busy_of.get(nbytes)
-                if busy is None:
-                    busy = busy_of[nbytes] = cycles_to_ps(self._bank_cycles(nbytes), cfg.freq_hz)
-                start = free[bank]
-                if start < now:
-                    start = now
-                free[bank] = start + busy
-                if first_start is None or start < first_start:
-                    first_start = start
-                if start + busy > last_end:
-                    last_end = start + busy
-                if busy > service:
-                    service = busy
+            if uniform:
+                # Every bank gets the same share (whole interleave rounds, the common DMA
+                # chunk): the same per-bank reservation as below, as list operations.
+                service = uniform
+                starts = [start if start > now else now for start in free]
+                first_start = min(starts)
+                last_end = max(starts) + uniform
+                free[:] = [start + uniform for start in starts]
+            else:
+                first_start, last_end, service = None, now, 0
+                for bank, busy in touched:
+                    start = free[bank]
+                    if start < now:
+                        start = now
+                    free[bank] = start + busy
+                    if first_start is None or start < first_start:
+                        first_start = start
+                    if start + busy > last_end:
+                        last_end = start + busy
+                    if busy > service:
+                        service = busy
             txn.end_req_ps = first_start
             txn.begin_resp_ps = first_start + latency
             txn.end_resp_ps = last_end + latency
