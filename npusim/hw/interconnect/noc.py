@@ -375,29 +375,31 @@ class MeshNoc(Interconnect):
         let the next packet of the buffer it left move up, and wake whoever waited for
         this time to be known (the VC's or the upstream buffer's credits)."""
         packet.release[k] = time_ps
-        channel = packet.path[k]
+        path, vcs = packet.path, packet.vcs
+        channel = path[k]
         channel.held_ps += time_ps - packet.grant[k]
-        env = self.env
-        assert env is not None
+        now = self.env._now  # type: ignore[union-attr]
+        later = time_ps if time_ps > now else now
         if not channel.sink:
-            channel.owner_free[packet.vcs[k]] = time_ps
+            channel.owner_free[vcs[k]] = time_ps
             if channel.starved:
                 channel.starved = False
-                channel.sender.poke(max(env.now, time_ps))  # type: ignore[union-attr]
-        left = packet.path[k - 1]  # the buffer the tail has now left
-        vc = packet.vcs[k - 1]
+                channel.sender.poke(later)  # type: ignore[union-attr]
+        left = path[k - 1]  # the buffer the tail has now left
+        vc = vcs[k - 1]
         left.front_free[vc] = time_ps
         if left.waiting[vc]:
-            left.receiver.poke(max(env.now, time_ps))  # type: ignore[union-attr]
+            left.receiver.poke(later)  # type: ignore[union-attr]
         if left.starved:
             left.starved = False
-            left.sender.poke(env.now)  # type: ignore[union-attr]
+            left.sender.poke(now)  # type: ignore[union-attr]
 
     def delivered(self, packet: Packet, done_ps: int) -> None:
         """The tail of ``packet`` reaches its destination at ``done_ps`` (known now)."""
-        self.stats.add("packets")
-        self.stats.add("flits", packet.flits)
-        self.stats.add("packet_hops", packet.hops)
+        extra = self.stats.extra  # UnitStats.add, inlined (once per packet)
+        extra["packets"] = extra.get("packets", 0) + 1
+        extra["flits"] = extra.get("flits", 0) + packet.flits
+        extra["packet_hops"] = extra.get("packet_hops", 0) + packet.hops
         if packet.on_done is not None:
             packet.on_done(done_ps)
 

@@ -39,8 +39,12 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
+from simpy.events import NORMAL, Event
+
 if TYPE_CHECKING:
     from npusim.hw.interconnect.noc import MeshNoc
+
+_new_event = object.__new__
 
 #: "Never" / "unbounded" sentinel (ps or flits).
 INF = 1 << 62
@@ -112,7 +116,7 @@ class Router:
     """An input-queued VC router (or a node's network interface, whose only input is
     the unbounded source queue).  State lives here; timing constants on the network."""
 
-    __slots__ = ("net", "inputs", "in_rr", "xbar_free", "wakes", "port_rr")
+    __slots__ = ("net", "inputs", "in_rr", "xbar_free", "wakes", "port_rr", "orders")
 
     def __init__(self, net: "MeshNoc"):
         self.net = net
@@ -121,6 +125,7 @@ class Router:
         self.xbar_free: list[int] = []  # crossbar input: one flit per cycle per port
         self.wakes: set[int] = set()
         self.port_rr = 0
+        self.orders: tuple[tuple[int, ...], ...] = ()  # port visiting order per port_rr
 
     def add_input(self, channel: Channel) -> None:
         channel.receiver = self
@@ -128,44 +133,53 @@ class Router:
         self.inputs.append(channel)
         self.in_rr.append(0)
         self.xbar_free.append(0)
+        n = len(self.inputs)
+        self.orders = tuple(tuple((s + i) % n for i in range(n)) for s in range(n))
 
     def poke(self, when: int) -> None:
         """Run an allocation round at ``when`` (ps, not in the past); deduplicated."""
-        if when in self.wakes:
+        wakes = self.wakes
+        if when in wakes:
             return
-        self.wakes.add(when)
+        wakes.add(when)
         env = self.net.env
-        assert env is not None
-        env.timeout(when - env.now, when).callbacks.append(self._wake)
+        # What ``env.timeout(when - now, when)`` plus a callback builds and schedules (same
+        # priority, same place in the queue), without Timeout's checks and property
+        # calls: routers wake millions of times in an LLM run.
+        event = _new_event(Event)
+        event.env = env
+        event.callbacks = [self._wake]
+        event._value = when
+        event._ok = True
+        env.schedule(event, NORMAL, when - env._now)
 
     def _wake(self, event: Any) -> None:
-        self.wakes.discard(event.value)
-        self.allocate(event.env.now)
+        when = event._value
+        self.wakes.discard(when)
+        self.allocate(when)
 
     # -- one allocation round --------------------------------------------------------
     def allocate(self, t: int) -> None:
         period = self.net.period_ps
         nxt = INF
-        nports = len(self.inputs)
+        inputs = self.inputs
+        nports = len(inputs)
         # Input stage (with VC allocation on the way): one candidate per input port.
         picks: dict[Channel, list[tuple[int, int, Packet]]] = {}
         start_port = self.port_rr
         self.port_rr = (start_port + 1) % nports  # rotate who allocates VCs first
-        for pi in range(nports):
-            p = (start_port + pi) % nports
-            ch_in = self.inputs[p]
+        xbar_free = self.xbar_free
+        earliest = self._earliest
+        for p in self.orders[start_port]:
+            ch_in = inputs[p]
             if not ch_in.queued:
                 continue
-            xfree = self.xbar_free[p]
             nvc = ch_in.nvc
-            first = self.in_rr[p]
-            chosen = None
-            for k in range(nvc):
-                v = (first + k) % nvc
-                queue = ch_in.waiting[v]
+            if nvc == 1:  # the default router: one VC, so one candidate at most
+                queue = ch_in.waiting[0]
                 if not queue:
                     continue
-                front_free = ch_in.front_free[v]
+                front_free = ch_in.front_free[0]
                 if front_free < 0:
                     continue  # the previous packet's tail is stuck; its release wakes us
                 packet = queue[0]
@@ -174,20 +188,45 @@ class Router:
                     if ready < nxt:
                         nxt = ready
                     continue
-                when = self._earliest(packet, t, xfree)
+                when = earliest(packet, t, xbar_free[p])
                 if when > t:
                     if when < nxt:
                         nxt = when
-                elif chosen is None:
-                    chosen = (p, v, packet)
-                elif t + period < nxt:
-                    nxt = t + period  # eligible but not this port's pick: next cycle
-            if chosen is not None:
-                out = chosen[2].path[chosen[2].j]
-                if out in picks:
-                    picks[out].append(chosen)
-                else:
-                    picks[out] = [chosen]
+                    continue
+                chosen = (p, 0, packet)
+            else:
+                xfree = xbar_free[p]
+                first = self.in_rr[p]
+                chosen = None
+                for k in range(nvc):
+                    v = (first + k) % nvc
+                    queue = ch_in.waiting[v]
+                    if not queue:
+                        continue
+                    front_free = ch_in.front_free[v]
+                    if front_free < 0:
+                        continue  # the previous packet's tail is stuck; its release wakes us
+                    packet = queue[0]
+                    ready = packet.ready if packet.ready > front_free else front_free
+                    if ready > t:
+                        if ready < nxt:
+                            nxt = ready
+                        continue
+                    when = earliest(packet, t, xfree)
+                    if when > t:
+                        if when < nxt:
+                            nxt = when
+                    elif chosen is None:
+                        chosen = (p, v, packet)
+                    elif t + period < nxt:
+                        nxt = t + period  # eligible but not this port's pick: next cycle
+                if chosen is None:
+                    continue
+            out = chosen[2].path[chosen[2].j]
+            if out in picks:
+                picks[out].append(chosen)
+            else:
+                picks[out] = [chosen]
         # Output stage: each output grants one of the ports that picked it.
         for out, requests in picks.items():
             if len(requests) > 1:
@@ -285,10 +324,12 @@ class Router:
         net = self.net
         period = net.period_ps
         j, flits = packet.j, packet.flits
-        out = packet.path[j]
+        path = packet.path
+        out = path[j]
         span = flits * period
-        out.busy_until = t + span
-        self.xbar_free[port] = t + span
+        end = t + span
+        out.busy_until = end
+        self.xbar_free[port] = end
         out.packets += 1
         out.flits += flits
         out.bytes += packet.payload
@@ -297,7 +338,8 @@ class Router:
         ch_in.waiting[vc_in].popleft()
         ch_in.queued -= 1
         ch_in.front_free[vc_in] = -1  # set when this packet's tail has left
-        last = j == len(packet.path) - 1
+        last = j == len(path) - 1
+        cap = out.cap
         # Wormhole: upstream channels still held learn how far the head has got.
         if packet.pending:
             keep = []
@@ -305,16 +347,16 @@ class Router:
                 term = t + (flits - entry[2]) * period
                 if term > entry[1]:
                     entry[1] = term
-                entry[2] += out.cap
+                entry[2] += cap
                 if entry[2] >= flits or last:
                     net.release(packet, entry[0], entry[1])
                 else:
                     keep.append(entry)
             packet.pending = keep
-        if last or out.cap >= flits:
-            net.release(packet, j, t + span)
+        if last or cap >= flits:
+            net.release(packet, j, end)
         else:  # longer than the next buffer: the tail's release waits for the head
-            packet.pending.append([j, t + span, out.cap])
+            packet.pending.append([j, end, cap])
         if last:
             net.delivered(packet, t + net.eject_ps + (flits - 1) * period)
             return
@@ -324,8 +366,8 @@ class Router:
         queue.append(packet)
         out.queued += 1
         packet.j = j + 1
-        packet.ready = t + net.hop_ps
-        if len(queue) == 1 and out.front_free[vc] >= 0:
-            receiver = out.receiver
-            assert receiver is not None
-            receiver.poke(max(packet.ready, out.front_free[vc]))
+        ready = packet.ready = t + net.hop_ps
+        if len(queue) == 1:
+            front_free = out.front_free[vc]
+            if front_free >= 0:
+                out.receiver.poke(ready if ready > front_free else front_free)  # type: ignore[union-attr]
