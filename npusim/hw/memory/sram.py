@@ -99,6 +99,9 @@ class Sram(MemoryTarget):
         super().__init__(name, config)
         self.capacity_bytes = config.capacity_bytes
         self._bank_free_ps: list[int] = [0] * config.banks
+        # While every bank frees at the same time (only whole-round chunks so far, the
+        # usual DMA traffic), that time; the list above is then stale.  None: use the list.
+        self._all_free_ps: int | None = 0
         self._shares: dict[tuple[int, int], tuple[int, list[tuple[int, int]]]] = {}
         self._latency_ps = cycles_to_ps(config.access_latency_cycles, config.freq_hz)
 
@@ -139,6 +142,7 @@ class Sram(MemoryTarget):
     def bind(self, env: Any) -> None:
         super().bind(env)
         self._bank_free_ps = [0] * self.config.banks
+        self._all_free_ps = 0
 
     def transact(self, txn: MemoryTransaction) -> Generator[Any, Any, MemoryTransaction]:
         """SimPy process body: reserve the touched banks, wait until END_RESP, return ``txn``."""
@@ -162,7 +166,14 @@ class Sram(MemoryTarget):
                 shares = self._shares[key] = self._bank_busy(key[0], txn.size_bytes)
             uniform, touched = shares
             free = self._bank_free_ps
-            if uniform:
+            all_free = self._all_free_ps
+            if uniform and all_free is not None:
+                # Every bank gets the same share and all are free at the same time: the
+                # per-bank reservation below, done once for all banks.
+                service = uniform
+                first_start = all_free if all_free > now else now
+                last_end = self._all_free_ps = first_start + uniform
+            elif uniform:
                 # Every bank gets the same share (whole interleave rounds, the common DMA
                 # chunk): the same per-bank reservation as below, as list operations.
                 service = uniform
@@ -170,7 +181,12 @@ class Sram(MemoryTarget):
                 first_start = min(starts)
                 last_end = max(starts) + uniform
                 free[:] = [start + uniform for start in starts]
+                if first_start + uniform == last_end:  # all banks in step again
+                    self._all_free_ps = last_end
             else:
+                if all_free is not None:
+                    free[:] = [all_free] * len(free)
+                    self._all_free_ps = None
                 first_start, last_end, service = None, now, 0
                 for bank, busy in touched:
                     start = free[bank]
