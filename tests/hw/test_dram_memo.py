@@ -1,6 +1,7 @@
-"""The DRAM controller's commit memo and request templates change no number: every
-transaction's four phases, every counter and the final bank state are the same with the
-memo on (default) and off, and with the command log on (which bypasses the memo)."""
+"""The DRAM controller's commit memo, request templates and refresh catch-up change no
+number: every transaction's four phases, every counter and the final bank state are the
+same with the memo on (default) and off, and with the command log on (which bypasses the
+memo and books every refresh one by one)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,14 @@ def _run(preset: str, memo: bool, log: bool) -> tuple:
     env.process(stream(1 << 24, 16 << 10, 40, True, 1_000_000))
     env.process(stream((1 << 25) + 4096, 5000, 30, False, 0))  # unaligned, odd size
     env.process(scattered(60, 4096))
+
+    def late():  # after a long idle time: the refresh catch-up
+        yield env.timeout(200_000_000)
+        yield from stream(1 << 23, 64 << 10, 6, False, 0)
+        yield env.timeout(37_000_000)
+        yield from stream(3 << 23, 64 << 10, 6, True, 0)
+
+    env.process(late())
     env.run()
     banks = [(b.open_row, b.act_ok, b.pre_ok, b.col_ok)
              for c in dram._controllers for b in c.banks]

@@ -165,7 +165,7 @@ class Router:
         inputs = self.inputs
         nports = len(inputs)
         # Input stage (with VC allocation on the way): one candidate per input port.
-        picks: dict[Channel, list[tuple[int, int, Packet]]] = {}
+        chosen_all: list[tuple[int, int, Packet]] = []
         start_port = self.port_rr
         self.port_rr = (start_port + 1) % nports  # rotate who allocates VCs first
         xbar_free = self.xbar_free
@@ -222,13 +222,25 @@ class Router:
                         nxt = t + period  # eligible but not this port's pick: next cycle
                 if chosen is None:
                     continue
-            out = chosen[2].path[chosen[2].j]
-            if out in picks:
-                picks[out].append(chosen)
-            else:
-                picks[out] = [chosen]
+            chosen_all.append(chosen)
+        if not chosen_all:
+            if nxt < INF:
+                self.poke(nxt)
+            return
+        if len(chosen_all) == 1:  # the usual case: one request, for one output
+            packet = chosen_all[0][2]
+            groups: Any = ((packet.path[packet.j], chosen_all),)
+        else:
+            picks: dict[Channel, list[tuple[int, int, Packet]]] = {}
+            for chosen in chosen_all:
+                out = chosen[2].path[chosen[2].j]
+                if out in picks:
+                    picks[out].append(chosen)
+                else:
+                    picks[out] = [chosen]
+            groups = picks.items()
         # Output stage: each output grants one of the ports that picked it.
-        for out, requests in picks.items():
+        for out, requests in groups:
             if len(requests) > 1:
                 base = out.sa_rr
                 requests.sort(key=lambda r: (r[0] - base) % nports)

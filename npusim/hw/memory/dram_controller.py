@@ -634,11 +634,25 @@ class ChannelController:
 
     # -- refresh ---------------------------------------------------------------------
     def _refresh_until(self, now: int) -> None:
+        t = self.t
         for rank, state in enumerate(self.ranks):
             while state.refresh_due <= now:
-                self._refresh(rank, state)
+                done = self._refresh(rank, state)
+                due = state.refresh_due
+                if due <= now and due + t.trp >= done and self.command_log is None:
+                    # An idle rank catching up: every bank is closed and free before the
+                    # next refresh's precharge time, so each remaining refresh begins at
+                    # its due time + tRP (tREFI > tRFC keeps it so): book them at once.
+                    count = (now - due) // t.trefi + 1
+                    last = due + (count - 1) * t.trefi
+                    done = last + t.trp + t.trfc
+                    per_rank = self.bank_groups * self.banks_per_group
+                    for bank in self.banks[rank * per_rank:(rank + 1) * per_rank]:
+                        bank.act_ok = done
+                    state.refresh_due = last + t.trefi
+                    self.stats.add("refreshes", count)
 
-    def _refresh(self, rank: int, state: _RankState) -> None:
+    def _refresh(self, rank: int, state: _RankState) -> int:
         """All-bank refresh of ``rank``: drain, precharge all, block for tRFC."""
         t = self.t
         per_rank = self.bank_groups * self.banks_per_group
@@ -653,3 +667,4 @@ class ChannelController:
         self.stats.add("refreshes")
         if self.command_log is not None:
             self.command_log.append(DramCommand(begin, "REF", self.index, rank, -1, -1, -1))
+        return done
