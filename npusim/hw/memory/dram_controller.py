@@ -337,30 +337,17 @@ class ChannelController:
         row_base = req.row_base
         key: list[Any] = [req.shape, req.is_write, self.bus_rank, self.bus_write,
                           self.bus_free - now if self.bus_free > old else -past]
-        append = key.append
-        for bank in self.banks:
-            row = bank.open_row
-            append(row - row_base if row >= 0 else None)
-            v = bank.act_ok
-            append(v - now if v > old else -past)
-            v = bank.pre_ok
-            append(v - now if v > old else -past)
-            v = bank.col_ok
-            append(v - now if v > old else -past)
-        for v in self.bg_last_act:
-            append(v - now if v > old else -past)
-        for v in self.bg_col_ok:
-            append(v - now if v > old else -past)
+        key += [(row - row_base if (row := b.open_row) >= 0 else None,
+                 v - now if (v := b.act_ok) > old else -past,
+                 v - now if (v := b.pre_ok) > old else -past,
+                 v - now if (v := b.col_ok) > old else -past) for b in self.banks]
+        key += [v - now if v > old else -past for v in self.bg_last_act]
+        key += [v - now if v > old else -past for v in self.bg_col_ok]
         for state in self.ranks:
-            v = state.last_act
-            append(v - now if v > old else -past)
-            v = state.col_ok
-            append(v - now if v > old else -past)
-            v = state.wtr_ok
-            append(v - now if v > old else -past)
-            append(len(state.faw))
-            for v in state.faw:
-                append(v - now if v > old else -past)
+            key += (v - now if (v := state.last_act) > old else -past,
+                    v - now if (v := state.col_ok) > old else -past,
+                    v - now if (v := state.wtr_ok) > old else -past, len(state.faw))
+            key += [v - now if v > old else -past for v in state.faw]
         return tuple(key)
 
     def _snapshot(self) -> tuple:
