@@ -247,15 +247,21 @@ class Router:
                 if t + period < nxt:
                     nxt = t + period  # the losers retry next cycle
             p, v, packet = requests[0]
-            self.in_rr[p] = (v + 1) % self.inputs[p].nvc
+            ch_in = inputs[p]
+            self.in_rr[p] = (v + 1) % ch_in.nvc
             out.sa_rr = (p + 1) % nports
             self._grant(packet, p, v, t)
-            queue = self.inputs[p].waiting[v]
-            if queue and self.inputs[p].front_free[v] >= 0:
-                head = queue[0]
-                ready = max(head.ready, self.inputs[p].front_free[v], t + period)
-                if ready < nxt:
-                    nxt = ready
+            queue = ch_in.waiting[v]
+            if queue:
+                front_free = ch_in.front_free[v]
+                if front_free >= 0:
+                    ready = queue[0].ready
+                    if front_free > ready:
+                        ready = front_free
+                    if t + period > ready:
+                        ready = t + period
+                    if ready < nxt:
+                        nxt = ready
         if nxt < INF:
             self.poke(nxt)
 
