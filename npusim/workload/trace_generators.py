@@ -408,7 +408,7 @@ PRESET_FILES: dict[str, Any] = {
     "ratio_1_10_32.csv": lambda: ratio(100, 1000, 32),
     "ratio_1_1_32.jsonl": lambda: ratio(100, 100, 32),
     # Saturating loads for NpuSim Fig. 14 (the validation cases replay them 500x faster):
-    # 512 requests fill every micro-batch of a 16-stage pipeline.
+    # 512 requests keep all 16 stages of a PD fusion pipeline busy with decodes.
     "ratio_1_10_512.csv": lambda: ratio(100, 1000, 512),
     "ratio_1_1_512.csv": lambda: ratio(100, 100, 512),
     "ratio_10_1_512.csv": lambda: ratio(1000, 100, 512),
