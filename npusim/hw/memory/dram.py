@@ -43,9 +43,9 @@ from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming, column_plan
 
 __all__ = ["DramConfig", "DramChannel", "DramHandle", "DramCommand", "DramCoord"]
 
-#: Per DRAM config: (request templates, column plans, controller decisions); see
-#: DramChannel.__init__.
-_SHARED: dict[Any, tuple[dict, dict, dict]] = {}
+#: Per DRAM config: (request templates, column plans, controller decisions, analytic
+#: sequential stream times); see DramChannel.__init__.
+_SHARED: dict[Any, tuple[dict, dict, dict, dict]] = {}
 #: Unique id of each request template's per-channel share (key of the decision memo).
 _SHAPE_IDS = itertools.count()
 
@@ -242,10 +242,13 @@ class DramChannel(MemoryTarget):
         if shared is None:
             if len(_SHARED) > 16:  # many configs in one process (sweeps, tests): start over
                 _SHARED.clear()
-            shared = _SHARED[config] = ({}, {}, {})
+            shared = _SHARED[config] = ({}, {}, {}, {})
         self._layouts: dict[tuple, list[tuple]] = shared[0]
         self._plans: dict[tuple, ColumnPlan] = shared[1]
         self._decisions: dict[tuple, Any] = shared[2]
+        # (size, chunk) -> closed-form sequential stream time (analytic mode): decoding a
+        # whole block's bursts costs milliseconds and every LLM stage asks again.
+        self._sequential: dict[tuple[int, int], float] = shared[3]
 
     # -- tlm -------------------------------------------------------------------------
     def bind(self, env: Any) -> None:
@@ -418,6 +421,12 @@ class DramChannel(MemoryTarget):
                 for ch, segs in self._split(addr, size).items()}
 
     def _sequential_ps(self, size: int, chunk: int) -> float:
+        cached = self._sequential.get((size, chunk))
+        if cached is None:
+            cached = self._sequential[(size, chunk)] = self._sequential_uncached(size, chunk)
+        return cached
+
+    def _sequential_uncached(self, size: int, chunk: int) -> float:
         period = self.mapping.channel_interleave_bytes * self.channels if self.channels > 1 else 0
         block = 1 << (max(chunk, period, self.burst_bytes) - 1).bit_length()
         if size <= block:
