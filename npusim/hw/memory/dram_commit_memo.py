@@ -1,0 +1,153 @@
+"""Memoised DRAM controller commits (a mixin of :class:`ChannelController`).
+
+Booking a request's commands is a pure function of the request's shape and of the
+controller state it reads, relative to the current time; a bulk stream keeps meeting
+the same few relative states, so a commit is recorded once and replayed.  Split from
+``dram_controller.py`` so the controller's scheduling and this cache read on their own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from npusim.hw.memory.dram_controller import ChannelRequest
+
+
+class CommitMemo:
+    """``_commit`` with record / replay; the host class provides the bank, bank-group,
+    rank and bus state, ``decisions``, ``_past``, ``stats`` and ``_commit_batches``."""
+
+    def _commit(self, req: ChannelRequest, now: int) -> tuple[int, int]:
+        """Book ``req``'s commands (see :meth:`_commit_batches`), memoised.
+
+        A commit is a pure function of the request's shape and of the state it reads
+        (bank, bank-group, rank and bus times relative to ``now``, open rows relative to
+        the request's rows); times further in the past than ``self._past`` are
+        equivalent.  A bulk stream keeps meeting the same few relative states, so the
+        controller records what a commit changed (relative to ``now``) and replays it
+        when the state key recurs: the same numbers for a fraction of the work.  Off
+        while the command log is on (the replay issues no commands).
+        """
+        decisions = self.decisions
+        if decisions is None or req.shape is None or self.command_log is not None:
+            return self._commit_batches(req, now)
+        key = self._state_key(req, now)
+        record = decisions.get(key)
+        if record is not None:
+            if record is False:  # seen before, not replayable (see _record)
+                return self._commit_batches(req, now)
+            return self._replay(record, req.row_base, now)
+        before = self._snapshot()
+        extra = dict(self.stats.extra)
+        result = self._commit_batches(req, now)
+        if len(decisions) >= 100_000:  # bound the memory of long, varied runs
+            decisions.clear()
+        decisions[key] = self._record(before, extra, result, req.row_base, now)
+        return result
+
+    def _state_key(self, req: ChannelRequest, now: int) -> tuple:
+        """Everything a commit of ``req`` at ``now`` reads, relative to ``now``."""
+        past = self._past
+        old = now - past
+        row_base = req.row_base
+        key: list[Any] = [req.shape, req.is_write, self.bus_rank, self.bus_write,
+                          self.bus_free - now if self.bus_free > old else -past]
+        key += [(row - row_base if (row := b.open_row) >= 0 else None,
+                 v - now if (v := b.act_ok) > old else -past,
+                 v - now if (v := b.pre_ok) > old else -past,
+                 v - now if (v := b.col_ok) > old else -past) for b in self.banks]
+        key += [v - now if v > old else -past for v in self.bg_last_act]
+        key += [v - now if v > old else -past for v in self.bg_col_ok]
+        for state in self.ranks:
+            key += (v - now if (v := state.last_act) > old else -past,
+                    v - now if (v := state.col_ok) > old else -past,
+                    v - now if (v := state.wtr_ok) > old else -past, len(state.faw))
+            key += [v - now if v > old else -past for v in state.faw]
+        return tuple(key)
+
+    def _snapshot(self) -> tuple:
+        return ([(b.open_row, b.act_ok, b.pre_ok, b.col_ok) for b in self.banks],
+                list(self.bg_last_act), list(self.bg_col_ok),
+                [(s.last_act, tuple(s.faw), s.col_ok, s.wtr_ok) for s in self.ranks])
+
+    def _record(self, before: tuple, extra: dict[str, int], result: tuple[int, int],
+                row_base: int, now: int) -> tuple | bool:
+        """What the commit just made of ``before``, relative to ``now`` (``None``:
+        unchanged).  A field the commit left alone is left alone on replay too: it may
+        hold a past time the key did not tell apart.  False if a changed value lies that
+        far in the past (never expected; then the state is not replayable)."""
+        old = now - self._past
+        after = self._snapshot()
+        replayable = True
+
+        def rel(a: int, b: int) -> int | None:
+            nonlocal replayable
+            if a == b:
+                return None
+            if b <= old:
+                replayable = False
+            return b - now
+
+        banks = []
+        for i, (a, b) in enumerate(zip(before[0], after[0])):
+            if a != b:
+                row = None if a[0] == b[0] else b[0] - row_base
+                if b[0] < 0 and row is not None:
+                    replayable = False  # a commit never closes a row
+                banks.append((i, row, rel(a[1], b[1]), rel(a[2], b[2]), rel(a[3], b[3])))
+        groups = [(i, rel(a, b), rel(c, d)) for i, (a, b, c, d)
+                  in enumerate(zip(before[1], after[1], before[2], after[2])) if a != b or c != d]
+        ranks = []
+        for i, (a, b) in enumerate(zip(before[3], after[3])):
+            if a != b:
+                faw = None
+                if a[1] != b[1]:
+                    if any(v <= old for v in b[1]):
+                        replayable = False
+                    faw = tuple(v - now for v in b[1])
+                ranks.append((i, rel(a[0], b[0]), faw, rel(a[2], b[2]), rel(a[3], b[3])))
+        stats = tuple((name, value - extra.get(name, 0)) for name, value in self.stats.extra.items()
+                      if name not in extra or value != extra[name])
+        if not replayable:
+            return False
+        return (tuple(banks), tuple(groups), tuple(ranks), stats, result[0] - now,
+                result[1] - now, self.bus_rank, self.bus_write, self.horizon - now)
+
+    def _replay(self, record: tuple, row_base: int, now: int) -> tuple[int, int]:
+        """Apply a recorded commit at ``now`` (see :meth:`_record`)."""
+        banks, groups, ranks, stats, first, end, bus_rank, bus_write, horizon = record
+        all_banks = self.banks
+        for i, row, act_ok, pre_ok, col_ok in banks:
+            bank = all_banks[i]
+            if row is not None:
+                bank.open_row = row + row_base
+            if act_ok is not None:
+                bank.act_ok = act_ok + now
+            if pre_ok is not None:
+                bank.pre_ok = pre_ok + now
+            if col_ok is not None:
+                bank.col_ok = col_ok + now
+        bg_last_act, bg_col_ok = self.bg_last_act, self.bg_col_ok
+        for i, last_act, col_ok in groups:
+            if last_act is not None:
+                bg_last_act[i] = last_act + now
+            if col_ok is not None:
+                bg_col_ok[i] = col_ok + now
+        for i, last_act, faw, col_ok, wtr_ok in ranks:
+            state = self.ranks[i]
+            if last_act is not None:
+                state.last_act = last_act + now
+            if faw is not None:
+                state.faw.clear()
+                state.faw.extend(v + now for v in faw)
+            if col_ok is not None:
+                state.col_ok = col_ok + now
+            if wtr_ok is not None:
+                state.wtr_ok = wtr_ok + now
+        add = self.stats.add
+        for name, amount in stats:
+            add(name, amount)
+        self.bus_free, self.bus_rank, self.bus_write = end + now, bus_rank, bus_write
+        self.horizon = horizon + now
+        return first + now, end + now
