@@ -175,7 +175,10 @@ class Router:
             if not ch_in.queued:
                 continue
             nvc = ch_in.nvc
-            if nvc == 1:  # the default router: one VC, so one candidate at most
+            # The default router has one VC, so one candidate at most: the general loop
+            # below, unrolled for that case on purpose (allocate() is the hottest
+            # function of a tlm run; keep the two in step).
+            if nvc == 1:
                 queue = ch_in.waiting[0]
                 if not queue:
                     continue

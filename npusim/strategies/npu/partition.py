@@ -33,8 +33,7 @@ Shared assumptions:
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from math import isqrt
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
@@ -42,13 +41,12 @@ from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig
-from npusim.mapping.taskgraph import ComputeTask, HostTask, Op, TaskGraph, TransferTask
+from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.strategies.npu.placement import Group, ring_hops
 
 __all__ = ["GemmSpec", "PartitionCost", "PartitionStrategy", "get_partition", "split",
            "splits", "ceil_div", "tile_extents", "tile_extent", "Ports", "rotate_rings",
-           "ring_allreduce", "join_outputs", "max_ring_hops", "grid_of", "square_rows",
-           "LoweringReplay"]
+           "ring_allreduce", "join_outputs", "max_ring_hops", "grid_of", "square_rows"]
 
 
 @dataclass(frozen=True)
@@ -387,122 +385,3 @@ def ring_allreduce(ports: Ports, gemm: GemmSpec, ring: Sequence[int], elements: 
             outputs[ring[dst]].append(send)
         have = nxt
     return outputs
-
-
-# -- replaying lowerings ----------------------------------------------------------------
-
-#: Stands for the GEMM's name while a lowering is recorded; a replay puts the real one in.
-_LABEL = "\x00gemm\x00"
-
-Lowering = Callable[[TaskGraph, GemmSpec, Group, Mapping[int, Sequence[int]], int],
-                    "dict[int, list[int]]"]
-
-
-# Task kinds in a recording.
-_COMPUTE, _TRANSFER, _HOST, _OTHER = range(4)
-
-
-@dataclass
-class _Recording:
-    """Tasks of one lowering on a scratch graph whose first ``placeholders`` tasks stand
-    for the ids it waits for (in their order); names and ops carry :data:`_LABEL`.
-
-    Each task is kept as a tuple of strings, ints and its dependency tuple (``_COMPUTE``
-    ops by their index in ``ops``): such tuples are not tracked by the garbage collector,
-    which would otherwise walk every recorded task on each full collection of a long run.
-    """
-
-    placeholders: int
-    tasks: list[tuple]
-    ops: list[Op]
-    outputs: dict[int, list[int]]
-
-
-class LoweringReplay:
-    """A strategy's ``lower``, recorded once per shape and replayed with shifted ids.
-
-    A decoder stage lowers the same GEMM shapes on the same cores over and over (q/k/v,
-    gate/up, and every layer again), and a lowering is the bulk of building an LLM
-    graph.  Between two such calls only the GEMM's name (which only appears in task and
-    op names), the ids of the tasks each core waits for and the position of the new
-    tasks in the graph differ, and a lowering uses those ids only through their order
-    and equality (dependency lists are sorted and de-duplicated).  So a lowering is
-    recorded once on a scratch graph, with the ids it waits for replaced by placeholders
-    in the same order, and replayed by copying its tasks with the ids mapped back and
-    the name put in: the graph is the same as lowering again, task for task.
-    """
-
-    def __init__(self, lower: Lowering, size: int = 64):
-        self.lower = lower
-        self.size = size  # recordings kept (least recently used dropped)
-        self._recordings: OrderedDict[tuple, _Recording] = OrderedDict()
-
-    def __call__(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
-                 deps: Mapping[int, Sequence[int]], width: int) -> dict[int, list[int]]:
-        waited = sorted({dep for ids in deps.values() for dep in ids})
-        if type(graph) is not TaskGraph or (waited and not 0 <= waited[0] <= waited[-1]
-                                            < len(graph)):
-            return self.lower(graph, gemm, group, deps, width)  # let it raise as it would
-        rank = {dep: index for index, dep in enumerate(waited)}
-        pattern = tuple((core, tuple(rank[dep] for dep in ids)) for core, ids in deps.items())
-        key = (replace(gemm, name=_LABEL), group, width, pattern)
-        recording = self._recordings.get(key)
-        if recording is None:
-            recording = self._recordings[key] = self._record(key, len(waited))
-            if len(self._recordings) > self.size:
-                self._recordings.popitem(last=False)
-        else:
-            self._recordings.move_to_end(key)
-        return _replay(recording, graph, waited, gemm.name)
-
-    def _record(self, key: tuple, placeholders: int) -> _Recording:
-        spec, group, width, pattern = key
-        scratch = TaskGraph()
-        for _ in range(placeholders):
-            scratch.host(0, resource="none")
-        outputs = self.lower(scratch, spec, group, {core: list(ids) for core, ids in pattern},
-                             width)
-        ops: dict[int, int] = {}  # id(op) -> index in the recording's ops
-        shared: list[Op] = []
-        tasks: list[tuple] = []
-        for task in scratch.tasks[placeholders:]:
-            kind = type(task)
-            if kind is ComputeTask:
-                index = ops.setdefault(id(task.op), len(shared))
-                if index == len(shared):
-                    shared.append(task.op)
-                tasks.append((_COMPUTE, task.deps, task.name, task.unit, index))
-            elif kind is TransferTask:
-                tasks.append((_TRANSFER, task.deps, task.name, task.src, task.dst,
-                              task.size_bytes, task.pattern, task.chunk_bytes))
-            elif kind is HostTask:
-                tasks.append((_HOST, task.deps, task.name, task.duration_ps, task.resource))
-            else:
-                tasks.append((_OTHER, task.deps, task.name, task))
-        return _Recording(placeholders, tasks, shared, outputs)
-
-
-def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: str
-            ) -> dict[int, list[int]]:
-    """Append ``recording``'s tasks to ``graph``, waiting for ``waited`` and named after
-    ``label``; returns the outputs with real ids."""
-    tasks = graph.tasks
-    first = len(tasks)
-    # Recorded id -> id in ``graph``: placeholders first, then the recorded tasks.
-    where = waited + list(range(first, first + len(recording.tasks)))
-    at = where.__getitem__
-    ops = [replace(op, name=op.name.replace(_LABEL, label)) if _LABEL in op.name else op
-           for op in recording.ops]
-    append = tasks.append
-    for task_id, record in enumerate(recording.tasks, first):
-        kind, deps, name = record[0], tuple(map(at, record[1])), record[2].replace(_LABEL, label)
-        if kind == _COMPUTE:
-            append(ComputeTask(record[3], ops[record[4]], deps, name, task_id))
-        elif kind == _TRANSFER:
-            append(TransferTask(record[3], record[4], record[5], deps, name, record[6],
-                                record[7], task_id))
-        elif kind == _HOST:
-            append(HostTask(record[3], record[4], deps, name, task_id))
-        else:
-            append(replace(record[3], deps=deps, name=name, id=task_id))
-    return {core: [where[i] for i in ids] for core, ids in recording.outputs.items()}

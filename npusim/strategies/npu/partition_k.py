@@ -37,7 +37,8 @@ from typing import Literal, Mapping, Sequence
 
 from npusim.core.registry import PartConfig, register
 from npusim.mapping.taskgraph import TaskGraph
-from npusim.strategies.npu.partition import (GemmSpec, LoweringReplay, PartitionCost, Ports,
+from npusim.strategies.npu.lowering_replay import LoweringReplay
+from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              add_op, ceil_div, gemm_op, join_outputs,
                                              max_ring_hops, splits, tile_extent, tile_extents)
 from npusim.strategies.npu.placement import Group

@@ -42,7 +42,8 @@ from pydantic import Field
 
 from npusim.core.registry import PartConfig, register
 from npusim.mapping.taskgraph import TaskGraph
-from npusim.strategies.npu.partition import (GemmSpec, LoweringReplay, PartitionCost, Ports,
+from npusim.strategies.npu.lowering_replay import LoweringReplay
+from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              ceil_div, join_outputs, max_ring_hops,
                                              rotate_rings, splits, tile_extent)
 from npusim.strategies.npu.placement import Group
