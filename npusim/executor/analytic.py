@@ -30,7 +30,6 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     tasks claim their resources in order of ready time (ties: program order), as the
     event-driven level would serve them; durations are closed-form.
     """
-    device.reset_stats()
     tasks = graph.tasks
     count = len(tasks)
     starts, ends = [0] * count, [0] * count
@@ -119,18 +118,36 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             waiting[successor] -= 1
             if not waiting[successor]:
                 push(heap, ready_at[successor] * count + successor)
+    return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0)
+
+
+_COUNTERS = ("busy_ps", "ops", "flops", "bytes_read", "bytes_written", "transactions")
+
+
+def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, dict[str, int]]:
+    """Per-unit counters of one segment, summed straight from the distinct ops and
+    transfer shapes it ran: the same dict :meth:`Device.unit_stats` gives after counting
+    on the parts (busy parts only, in the device's part order), without resetting and
+    reading every part of a large chip for each segment."""
+    names = {id(part): name for name, part in device.parts.items()}
+    counts: dict[str, list[int]] = {}
     for duration, occurrences, unit, op in computes.values():
-        stats = device.parts[unit].stats
-        stats.busy_ps += duration * occurrences
-        stats.ops += occurrences
-        stats.flops += op.flops * occurrences
+        row = counts.get(unit)
+        if row is None:
+            row = counts[unit] = [0] * 6
+        row[0] += duration * occurrences
+        row[1] += occurrences
+        row[2] += op.flops * occurrences
     for accounting, occurrences in transfers.values():
         for part, action, busy, size, chunks in accounting:
-            stats = part.stats
-            stats.busy_ps += busy * occurrences
-            if action == "write":
-                stats.bytes_written += size * occurrences
-            else:
-                stats.bytes_read += size * occurrences
-            stats.transactions += chunks * occurrences
-    return SegmentRun(graph, starts, ends, device.unit_stats(), events=0)
+            name = names[id(part)]
+            row = counts.get(name)
+            if row is None:
+                row = counts[name] = [0] * 6
+            row[0] += busy * occurrences
+            row[4 if action == "write" else 3] += size * occurrences
+            row[5] += chunks * occurrences
+    order = {name: index for index, name in enumerate(device.parts)}
+    return {name: dict(zip(_COUNTERS, row))
+            for name, row in sorted(counts.items(), key=lambda item: order[item[0]])
+            if any(row)}
