@@ -63,7 +63,8 @@ class SegmentMemo:
     misses: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _lazy: dict[tuple, _Entry] = field(default_factory=dict)
-    _canonical_of: dict[tuple[int, ...], dict[int, int]] = field(default_factory=dict)
+    _canonical_of: dict[tuple[int, ...], tuple[dict[int, int], tuple[int, ...]]] = field(
+        default_factory=dict)  # cores -> (relabelling, canonical cores)
     _relabelled: dict[tuple, dict[str, dict[str, int]]] = field(default_factory=dict)
     _keys: dict[int, tuple[TaskGraph, str, dict[int, int]]] = field(default_factory=dict)
 
@@ -121,11 +122,12 @@ class SegmentMemo:
         and its ``graph`` is ``None`` (callers build the graph only if they need task
         names).  ``compute`` builds, prepares and runs the segment on a miss.
         """
-        mapping = self._canonical_of.get(cores)
-        if mapping is None:
+        placed = self._canonical_of.get(cores)
+        if placed is None:
             mapping = (self.canonical(set(cores)) if self.canonical else None) or {}
-            self._canonical_of[cores] = mapping
-        where = tuple(mapping.get(core, core) for core in cores)
+            placed = self._canonical_of[cores] = (mapping, tuple(mapping.get(core, core)
+                                                                 for core in cores))
+        mapping, where = placed
         entry = self._lazy.get((key, where)) if self.enabled else None
         if entry is None:
             run = compute()

@@ -23,6 +23,7 @@ from npusim.metrics.result import OP_COLUMNS
 from npusim.workload.program import LazySegment
 
 EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
+_NO_OPS: dict[str, int] = {}  # shared, never mutated: what a run without tasks reports
 _LAYER_PREFIX = re.compile(r"^L\d+\.")
 
 
@@ -40,7 +41,8 @@ class Session:
         # Per-unit counters are summed lazily: each distinct stats dict (memo hits share
         # them) is kept once with the number of times it occurred.
         self._stat_refs: dict[int, list] = {}
-        self.busy_by_op: dict[str, int] = defaultdict(int)
+        # Per-operator busy time, likewise: each distinct per-segment dict with its count.
+        self._busy_refs: dict[int, list] = {}
         self.segment_rows: list[tuple] = []
         self.events = self.transactions = 0
 
@@ -90,8 +92,12 @@ class Session:
                 run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
                                  run.unit_stats, run.events, run.transactions, run.extra)
             append_rows(self.columns, run, index, label, start_ps)
-        for op, busy in busy_by_op(run).items():
-            self.busy_by_op[op] += busy
+        busy = busy_by_op(run)
+        ref = self._busy_refs.get(id(busy))
+        if ref is None:
+            self._busy_refs[id(busy)] = [busy, 1]
+        else:
+            ref[1] += 1
         self.segment_rows.append((index, label, start_ps, start_ps + run.makespan_ps, reused))
         ref = self._stat_refs.get(id(run.unit_stats))
         if ref is None:
@@ -102,6 +108,15 @@ class Session:
             self.events += run.events
             self.transactions += run.transactions
         return run
+
+    @property
+    def busy_by_op(self) -> dict[str, int]:
+        """Busy time per operator summed over every recorded segment."""
+        totals: dict[str, int] = defaultdict(int)
+        for busy, count in self._busy_refs.values():
+            for op, value in busy.items():
+                totals[op] += value * count
+        return dict(totals)
 
     @property
     def totals(self) -> dict[str, dict[str, int]]:
@@ -170,7 +185,7 @@ def busy_by_op(run: SegmentRun) -> dict[str, int]:
     nothing.  Overlapping tasks on different units both count."""
     cached = run.extra.get("busy_by_op")
     if cached is None and run.graph is None:
-        return {}
+        return _NO_OPS
     if cached is None:
         # Summed per op name as the tasks carry it first, then per name without its layer
         # prefix: a segment has a few hundred distinct names and tens of thousands of

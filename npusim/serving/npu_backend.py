@@ -10,7 +10,7 @@ them through the session; it never sees the task graphs.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from npusim.core import registry
@@ -35,10 +35,23 @@ class Replica:
     plans: list[StagePlan]
     builder: StageBuilder
     model: object
+    #: Interned memo keys (plan keys, batch shapes, part signatures -> small ints), shared
+    #: by the replicas of one simulation: the memo hashes an int instead of a nested
+    #: tuple on each of the hundreds of thousands of lookups of a serving run.
+    key_ids: dict = field(default_factory=dict)
 
     @property
     def cores(self) -> tuple[int, ...]:
         return tuple(core for group in self.groups for core in group.cores)
+
+    @functools.cached_property
+    def plan_keys(self) -> list[tuple]:
+        """:func:`plan_key` of every stage (asked for every stage of every iteration)."""
+        return [self.intern(plan_key(self.model, plan)) for plan in self.plans]
+
+    def intern(self, key: tuple) -> int:
+        """A small int standing for ``key`` (equal keys, equal ints, in this simulation)."""
+        return self.key_ids.setdefault(key, len(self.key_ids))
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -51,7 +64,7 @@ class Replica:
         attention blocks, see :meth:`StageBuilder.stage_parts`), then the LM head if a token
         is sampled (position ``stages``)."""
         chunks = _bucketed(entries, bucket)
-        shape = _shape_key(chunks)
+        shape = self.intern(_shape_key(chunks))
         out = []
         for index, (group, plan) in enumerate(zip(self.groups, self.plans)):
             previous = self.groups[index - 1] if index else None
@@ -59,11 +72,12 @@ class Replica:
             if granularity == "stage":
                 cores = (previous.cores if previous else ()) + group.cores
                 out.append((index, label, LazySegment(
-                    ("serve-stage", self.role, previous is None, plan_key(self.model, plan), shape), cores,
+                    ("serve-stage", self.role, previous is None, self.plan_keys[index], shape), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
                     label, exact_key=True)))
                 continue
-            for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None)):
+            for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None,
+                                                                          self.plan_keys[index])):
                 cores = ((previous.cores if previous and number == 0 else ()) + group.cores)
                 name = f"{label}.part{number}"
                 out.append((index, name, LazySegment(
@@ -134,6 +148,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         roles.append(("prefill", pd.prefill_cores, pd.prefill_tp or pd.tp, pd.prefill_dp))
         roles.append(("decode", pd.decode_cores, pd.decode_tp or pd.tp, pd.decode_dp))
     replicas: list[Replica] = []
+    key_ids: dict = {}
     taken: set[int] = set()
     # Decode replicas take the groups nearest the mesh centre, prefill the sides (Fig. 6).
     for role, cores, tp, dp in sorted(roles, key=lambda r: r[0] != "decode"):
@@ -164,7 +179,8 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
             _specialise_cores(device, tuple(c for g in chosen for c in g.cores), pd.decode_core)
         for r in range(dp):
             replicas.append(_replica(device, config, model, role, len(replicas),
-                                     chosen[r * stages:(r + 1) * stages], tp, max_request_tokens))
+                                     chosen[r * stages:(r + 1) * stages], tp, max_request_tokens,
+                                     key_ids))
     return replicas
 
 
@@ -189,7 +205,7 @@ def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:
 
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,
-             max_request_tokens: int) -> Replica:
+             max_request_tokens: int, key_ids: dict) -> Replica:
     iteration_tokens = min(config.scheduler.max_batch_tokens,
                            getattr(config.scheduler, "token_budget", config.scheduler.max_batch_tokens))
     shim = SimpleNamespace(
@@ -207,8 +223,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
     kv_sram_tokens = int(config.kv_sram_fraction * sram / max(per_token, 1))
     plans = plan_stages(device, model, shim, ranges, groups, everyone, kv_sram_tokens=kv_sram_tokens)
     builder = StageBuilder(device, model, shim, get_partition(config.partition), device.config.noc.width,
-                       kv_dtype, merge_decode=True)
-    return Replica(index, role, groups, plans, builder, model)
+                       kv_dtype, merge_decode=True, key_ids=key_ids)
+    return Replica(index, role, groups, plans, builder, model, key_ids)
 
 
 def kv_transfer_graph(source: Replica, target: Replica, tokens: int, kv_bytes_per_token_layer: int

@@ -180,7 +180,7 @@ class StageBuilder:
     """Builds the task graphs of stages and of the LM head."""
 
     def __init__(self, device, model, config, strategy, width: int, kv_dtype: int,
-                 merge_decode: bool = False):
+                 merge_decode: bool = False, key_ids: dict | None = None):
         self.device, self.model, self.config = device, model, config
         self.strategy, self.width, self.kv_dtype = strategy, width, kv_dtype
         self.has_hbm = device.config.hbm is not None
@@ -190,6 +190,8 @@ class StageBuilder:
         self.merge_decode = merge_decode
         self._spill: dict[int, tuple[float, float]] = {}
         self._parts_cache: dict[tuple, list] = {}
+        # Part signatures are interned to small ints (memo keys are hashed on every lookup).
+        self.key_ids = {} if key_ids is None else key_ids
         # MoE: routing per (layer, run tokens) and the expert placement; token_start is
         # the first run token of the iteration being built (0 outside map_llm).
         self.moe_routing = MoeRouting(model, config) if model.is_moe else None
@@ -208,8 +210,8 @@ class StageBuilder:
         return graph
 
     # -- stages cut at attention (serving) ----------------------------------------------
-    def stage_parts(self, plan: StagePlan, chunks: tuple[SequenceChunk, ...], first: bool
-                    ) -> list[tuple[tuple, tuple]]:
+    def stage_parts(self, plan: StagePlan, chunks: tuple[SequenceChunk, ...], first: bool,
+                    key: tuple | None = None) -> list[tuple[tuple, tuple]]:
         """The stage as parts separated by barriers at every attention block:
         ``[entry + dense][attention][dense][attention]...[dense]``.
 
@@ -218,9 +220,10 @@ class StageBuilder:
         are resident; attention parts only on the attention shapes), so a serving run with
         thousands of distinct batches times few distinct parts.  Build a part with
         :meth:`build_part`.  The barrier costs the overlap of an attention block with the
-        next weight prefetch (measured in docs/serving.md).
+        next weight prefetch (measured in docs/serving.md).  ``key`` is the plan's
+        :func:`plan_key` if the caller has it.
         """
-        cache_key = (first, plan_key(self.model, plan), len(plan.layers), chunks)
+        cache_key = (first, key or plan_key(self.model, plan), len(plan.layers), chunks)
         cached = self._parts_cache.get(cache_key)
         if cached is not None:
             return cached
@@ -262,7 +265,8 @@ class StageBuilder:
                                   else None,
                                   fractions))
             attention = any(item[0] != "entry" and item[1].seq is not None for item in part)
-            out.append((("part", attention, tuple(signature)), (tuple(part), chunks)))
+            signature_id = self.key_ids.setdefault(tuple(signature), len(self.key_ids))
+            out.append((("part", attention, signature_id), (tuple(part), chunks)))
         self._parts_cache[cache_key] = out
         return out
 
