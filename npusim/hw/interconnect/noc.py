@@ -42,7 +42,7 @@ from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
 from npusim.core.units import BandwidthBps, Bytes, FreqHz, cycles_to_ps
 from npusim.hw.base import Interconnect
-from npusim.hw.interconnect.noc_router import INF, Channel, Packet, Router
+from npusim.hw.interconnect.noc_router import INF, TRAIN_PACKETS, Channel, Packet, Router
 from npusim.hw.interconnect.noc_topology import NocTopology
 
 #: Largest relative difference accepted between ``link_bandwidth_bps`` and
@@ -149,6 +149,11 @@ class MeshNoc(Interconnect):
     Endpoints are node ids: an ``int``, ``"coreN"`` / ``"N"`` strings, or an ``(x, y)``
     tuple; node ``i`` sits at ``x = i % width``, ``y = i // width``.
     """
+
+    #: Move a transfer's packets as trains (see ``docs/noc.md``): same timing on an
+    #: idle path, a few events instead of one per packet and hop.  False: packet by
+    #: packet (the reference the trains are tested against).
+    packet_trains = True
 
     def __init__(self, name: str = "noc", config: NocConfig | None = None):
         super().__init__(name, config if config is not None else NocConfig())
@@ -268,12 +273,13 @@ class MeshNoc(Interconnect):
         s, d = self.node(src), self.node(dst)
         key = (s, d, size_bytes)
         shape = self._transfers.get(key)
-        if shape is None:  # packets (payload, flits) and uncontended time, per shape
+        if shape is None:  # packets (payload, flits), flits, uncontended time, per shape
             payloads = self.packet_payloads(size_bytes)
+            pairs = tuple((p, self.packet_flits(p)) for p in payloads)
             shape = self._transfers[key] = (
-                tuple((p, self.packet_flits(p)) for p in payloads),
+                pairs, sum(f for _, f in pairs),
                 self.transfer_time_ps(s, d, size_bytes) if payloads else 0)
-        packets, uncontended = shape
+        packets, total_flits, uncontended = shape
         if not packets:
             return
         start = env.now
@@ -287,16 +293,33 @@ class MeshNoc(Interconnect):
             if remaining[0] == 0:
                 all_known.succeed()
 
-        # inject() for each packet, with the path looked up once.
+        # inject() for the packets, with the path looked up once; several packets go
+        # as one train (noc_router), which is split wherever another packet competes.
         path, hops = self._path_state(s, d)
         source = path[0]
         queue = source.waiting[0]
-        for payload, flits in packets:
-            queue.append(Packet(path, hops, payload, flits, start, on_done))
+        was_empty = not queue
+        if len(packets) == 1 or not self.packet_trains or TRAIN_PACKETS < 2:
+            for payload, flits in packets:
+                queue.append(Packet(path, hops, payload, flits, start, on_done))
+            source.queued += len(packets)
+        elif len(packets) <= TRAIN_PACKETS:
+            queue.append(Packet(path, hops, int(size_bytes), total_flits, start, None,
+                                [(flits, payload, on_done) for payload, flits in packets]))
             source.queued += 1
-            if len(queue) == 1:
-                front_free = source.front_free[0]
-                source.receiver.poke(start if start > front_free else front_free)  # type: ignore[union-attr]
+        else:
+            for first in range(0, len(packets), TRAIN_PACKETS):
+                group = packets[first:first + TRAIN_PACKETS]
+                if len(group) == 1:
+                    queue.append(Packet(path, hops, group[0][0], group[0][1], start, on_done))
+                    continue
+                queue.append(Packet(path, hops, sum(p for p, _ in group),
+                                    sum(f for _, f in group), start, None,
+                                    [(flits, payload, on_done) for payload, flits in group]))
+            source.queued += -(-len(packets) // TRAIN_PACKETS)
+        if was_empty:
+            front_free = source.front_free[0]
+            source.receiver.poke(start if start > front_free else front_free)  # type: ignore[union-attr]
         yield all_known
         yield env.timeout(remaining[1] - env.now)
         # Counted as the analytic level counts a network stage (Device.account_transfer):
@@ -412,12 +435,23 @@ class MeshNoc(Interconnect):
 
     def delivered(self, packet: Packet, done_ps: int) -> None:
         """The tail of ``packet`` reaches its destination at ``done_ps`` (known now)."""
-        extra = self.stats.extra  # UnitStats.add, inlined (once per packet)
-        extra["packets"] = extra.get("packets", 0) + 1
+        parts = packet.parts
+        count = 1 if parts is None else len(parts)
+        extra = self.stats.extra  # UnitStats.add, inlined (once per packet or train)
+        extra["packets"] = extra.get("packets", 0) + count
         extra["flits"] = extra.get("flits", 0) + packet.flits
-        extra["packet_hops"] = extra.get("packet_hops", 0) + packet.hops
-        if packet.on_done is not None:
-            packet.on_done(done_ps)
+        extra["packet_hops"] = extra.get("packet_hops", 0) + packet.hops * count
+        if parts is None:
+            if packet.on_done is not None:
+                packet.on_done(done_ps)
+            return
+        # A train streams its packets back to back through the ejection port: each
+        # packet's tail arrives when the flits up to it have followed the head.
+        period, left = self.period_ps, packet.flits
+        for flits, _payload, on_done in parts:
+            left -= flits
+            if on_done is not None:
+                on_done(done_ps - left * period)
 
 
 def _link_dict(link: Channel, period_ps: int) -> dict[str, int]:

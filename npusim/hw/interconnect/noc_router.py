@@ -49,6 +49,12 @@ _new_event = object.__new__
 #: "Never" / "unbounded" sentinel (ps or flits).
 INF = 1 << 62
 
+#: Most packets one train stands for.  A packet that reaches a router while a train
+#: holds the output it wants waits for the whole train, where packet by packet it could
+#: have won the output after the current packet: this bounds that error (see
+#: ``docs/noc.md``), at the cost of a few more events per long stream.
+TRAIN_PACKETS = 4
+
 
 class Channel:
     """One directed channel: a router-to-router link, an injection or an ejection port,
@@ -94,10 +100,11 @@ class Packet:
     """A packet walking its path ``(source queue, injection, links..., ejection)``."""
 
     __slots__ = ("path", "j", "vcs", "flits", "payload", "hops", "ready", "grant",
-                 "release", "pending", "on_done")
+                 "release", "pending", "on_done", "parts")
 
     def __init__(self, path: tuple[Channel, ...], hops: int, payload: int, flits: int,
-                 now: int, on_done: Callable[[int], None] | None):
+                 now: int, on_done: Callable[[int], None] | None,
+                 parts: list[tuple[int, int, Any]] | None = None):
         n = len(path)
         self.path = path
         self.j = 1  # index of the channel requested next (path[0] is the source queue)
@@ -110,6 +117,9 @@ class Packet:
         self.release: list[int | None] = [None] * n  # tail has crossed channel k
         self.pending: list[list[int]] = []  # [k, release candidate, flits buffered ahead]
         self.on_done = on_done
+        #: A packet train: ``(flits, payload, on_done)`` of each packet it stands for, in
+        #: order (None: a single packet).  ``flits`` and ``payload`` are the sums.
+        self.parts = parts
 
 
 class Router:
@@ -340,10 +350,47 @@ class Router:
         out.starved = True
         return INF
 
+    # -- packet trains -----------------------------------------------------------------
+    def _contended(self, port: int, vc_in: int, out: Channel) -> bool:
+        """Whether a train granted ``out`` now could delay another packet here: one at
+        the front of another VC that wants ``out`` too, or any packet in another VC of
+        the same input port (which would share the crossbar input).  Packet by packet,
+        that packet could win the output (or the input) between two packets of the
+        train, so the train is split instead of holding it off."""
+        for q, ch in enumerate(self.inputs):
+            if not ch.queued:
+                continue
+            for w, queue in enumerate(ch.waiting):
+                if not queue or (w == vc_in and q == port):
+                    continue
+                if q == port:
+                    return True
+                other = queue[0]
+                if other.path[other.j] is out:
+                    return True
+        return False
+
     # -- grants and releases -----------------------------------------------------------
     def _grant(self, packet: Packet, port: int, vc_in: int, t: int) -> None:
         net = self.net
         period = net.period_ps
+        ch_in = self.inputs[port]
+        if packet.parts is None:
+            ch_in.waiting[vc_in].popleft()
+            ch_in.queued -= 1
+            count = 1
+        elif self._contended(port, vc_in, packet.path[packet.j]):
+            packet = _split(packet)  # the train's first packet goes; the rest stays queued
+            count = 1
+        else:
+            ch_in.waiting[vc_in].popleft()
+            ch_in.queued -= 1
+            count = len(packet.parts)
+        if packet.j == 1 and net.packet_trains:  # an interface injects: queued packets may join
+            queue = ch_in.waiting[vc_in]
+            if queue and queue[0].path is packet.path and packet.flits >= packet.path[1].cap:
+                count = _couple(packet, queue)
+                ch_in.queued = len(queue)
         j, flits = packet.j, packet.flits
         path = packet.path
         out = path[j]
@@ -351,13 +398,10 @@ class Router:
         end = t + span
         out.busy_until = end
         self.xbar_free[port] = end
-        out.packets += 1
+        out.packets += count
         out.flits += flits
         out.bytes += packet.payload
         packet.grant[j] = t
-        ch_in = self.inputs[port]
-        ch_in.waiting[vc_in].popleft()
-        ch_in.queued -= 1
         ch_in.front_free[vc_in] = -1  # set when this packet's tail has left
         last = j == len(path) - 1
         cap = out.cap
@@ -392,3 +436,50 @@ class Router:
             front_free = out.front_free[vc]
             if front_free >= 0:
                 out.receiver.poke(ready if ready > front_free else front_free)  # type: ignore[union-attr]
+
+
+def _split(train: Packet) -> Packet:
+    """Cut ``train``'s first packet off as a packet of its own, which takes over the VC
+    the train was just allocated on its next channel; the rest of the train stays at
+    the front of its input VC (and keeps the upstream VCs and wormhole state) and
+    follows once that packet's tail has left, exactly as the next packet of a stream
+    would."""
+    flits, payload, on_done = train.parts[0]  # type: ignore[index]
+    head = Packet(train.path, train.hops, payload, flits, train.ready, on_done)
+    j = head.j = train.j
+    head.vcs = train.vcs[:]  # own VC on path[j]; path[j-1]'s is freed when it leaves
+    train.vcs[j] = -1
+    rest = train.parts[1:]  # type: ignore[index]
+    if len(rest) > 1:
+        train.parts = rest
+    else:
+        train.parts = None
+        train.on_done = rest[0][2]
+    train.flits -= flits
+    train.payload -= payload
+    return head
+
+
+def _couple(packet: Packet, queue: deque[Packet]) -> int:
+    """Append to ``packet`` (being injected now) every packet queued right behind it at
+    its source for the same path: packet by packet they would follow it back to back
+    through an idle network, and any contention on the way splits them off again.
+    (Only for packets already as long as the injection buffer, whose credit check the
+    longer train then passes in the same way.)  Returns the train's packet count."""
+    parts = packet.parts
+    path = packet.path
+    while queue and queue[0].path is path:
+        other = queue[0]
+        count = 1 if parts is None else len(parts)
+        if count + (1 if other.parts is None else len(other.parts)) > TRAIN_PACKETS:
+            break
+        queue.popleft()
+        if parts is None:
+            parts = packet.parts = [(packet.flits, packet.payload, packet.on_done)]
+        if other.parts is None:
+            parts.append((other.flits, other.payload, other.on_done))
+        else:
+            parts.extend(other.parts)
+        packet.flits += other.flits
+        packet.payload += other.payload
+    return 1 if parts is None else len(parts)
