@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from npusim.hw.devices.base import Device
@@ -26,8 +27,9 @@ class SegmentRun:
     transactions: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def makespan_ps(self) -> int:
+        """End of the last task (asked several times per segment by the serving engine)."""
         return max(self.ends, default=0)
 
 

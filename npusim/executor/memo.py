@@ -65,7 +65,7 @@ class SegmentMemo:
     _lazy: dict[tuple, _Entry] = field(default_factory=dict)
     _canonical_of: dict[tuple[int, ...], tuple[dict[int, int], tuple[int, ...]]] = field(
         default_factory=dict)  # cores -> (relabelling, canonical cores)
-    _relabelled: dict[tuple, dict[str, dict[str, int]]] = field(default_factory=dict)
+    _relabelled: dict[tuple, SegmentRun] = field(default_factory=dict)
     _keys: dict[int, tuple[TaskGraph, str, dict[int, int]]] = field(default_factory=dict)
 
     def key(self, graph: TaskGraph) -> tuple[str, dict[int, int]]:
@@ -136,17 +136,19 @@ class SegmentMemo:
             return run, False
         self.hits += 1
         run = entry.run
-        # Relabelled counters are cached per (stored run, placement): a pipeline stage
+        # The relabelled run is cached per (stored run, placement): a pipeline stage
         # recurs on the same cores thousands of times in a serving run.
         relabel_key = (id(entry), cores)
-        stats = self._relabelled.get(relabel_key)
-        if stats is None:
+        placed_run = self._relabelled.get(relabel_key)
+        if placed_run is None:
             from_canonical = {new: old for old, new in mapping.items()}
             original_to_here = {old: from_canonical.get(canon, canon)
                                 for old, canon in entry.to_canonical.items()}
-            stats = self._relabelled[relabel_key] = relabel_units(run.unit_stats, original_to_here)
-        return SegmentRun(None, run.starts, run.ends,  # type: ignore[arg-type]
-                          stats, run.events, run.transactions, run.extra), True
+            placed_run = self._relabelled[relabel_key] = SegmentRun(
+                None, run.starts, run.ends,  # type: ignore[arg-type]
+                relabel_units(run.unit_stats, original_to_here), run.events,
+                run.transactions, run.extra)
+        return placed_run, True
 
     @property
     def hit_rate(self) -> float:

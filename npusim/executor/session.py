@@ -44,6 +44,7 @@ class Session:
         # Per-operator busy time, likewise: each distinct per-segment dict with its count.
         self._busy_refs: dict[int, list] = {}
         self.segment_rows: list[tuple] = []
+        self._totals: tuple[int, dict] | None = None
         self.events = self.transactions = 0
 
     # -- running -----------------------------------------------------------------------
@@ -120,13 +121,17 @@ class Session:
 
     @property
     def totals(self) -> dict[str, dict[str, int]]:
-        """Counters of every unit summed over every recorded segment."""
+        """Counters of every unit summed over every recorded segment (computed again only
+        after more segments were recorded)."""
+        if self._totals is not None and self._totals[0] == len(self.segment_rows):
+            return self._totals[1]
         totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for stats, count in self._stat_refs.values():
             for unit, values in stats.items():
                 target = totals[unit]
                 for name, value in values.items():
                     target[name] += value * count
+        self._totals = (len(self.segment_rows), totals)
         return totals
 
     def unit_stats(self) -> dict[str, dict[str, int]]:

@@ -123,14 +123,15 @@ class ServingDriver:
             current = -1
             shadow = 0  # length of the attention block just run (DMA idle, can prefetch)
             stages = len(replica.groups)
-            for position, label, segment in segments:
+            prefix = f"it{iterations[replica.index]}/"
+            for position, label, segment, is_attention in segments:
                 if position == stages:
                     # The LM head is split over every core of the replica.  Each stage
                     # does its share in its own timeline, after this micro-batch's layers
                     # (in steady state it interleaves with the next micro-batches), so
                     # the cores are never booked twice; the token is out one head
                     # makespan after the last stage.
-                    run = session.run(segment, f"it{iterations[replica.index]}/{label}", start)
+                    run = session.run(segment, prefix + label, start)
                     for k in range(stages):
                         free[k] += run.makespan_ps
                     start = free[position] = start + run.makespan_ps
@@ -138,12 +139,11 @@ class ServingDriver:
                 if position != current:  # a new stage: wait for it to be free
                     start = max(start, free[position])
                     current, shadow = position, 0
-                run = session.run(segment, f"it{iterations[replica.index]}/{label}", start)
+                run = session.run(segment, prefix + label, start)
                 # The weight tiles a dense part waits for at its start load in the shadow
                 # of the preceding attention block (the parts are timed separately).
                 hidden = min(shadow, run.extra.get("lead_ps", 0))
                 start = free[position] = start + run.makespan_ps - hidden
-                is_attention = isinstance(segment.key, tuple) and segment.key[:2] == ("part", True)
                 shadow = run.makespan_ps if is_attention else 0
             iterations[replica.index] += 1
             in_flight[replica.index] += 1

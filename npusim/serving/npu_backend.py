@@ -59,10 +59,11 @@ class Replica:
         return min(plan.kv_capacity_tokens for plan in self.plans)
 
     def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage"
-                 ) -> list[tuple[int, str, LazySegment]]:
-        """``(pipeline position, label, segment)`` for every part of every stage (cut at
-        attention blocks, see :meth:`StageBuilder.stage_parts`), then the LM head if a token
-        is sampled (position ``stages``)."""
+                 ) -> list[tuple[int, str, LazySegment, bool]]:
+        """``(pipeline position, label, segment, is attention block)`` for every stage, or
+        with ``granularity="part"`` every part of every stage (cut at attention blocks,
+        see :meth:`StageBuilder.stage_parts`), then the LM head if a token is sampled
+        (position ``stages``)."""
         chunks = _bucketed(entries, bucket)
         shape = self.intern(_shape_key(chunks))
         out = []
@@ -74,7 +75,7 @@ class Replica:
                 out.append((index, label, LazySegment(
                     ("serve-stage", self.role, previous is None, self.plan_keys[index], shape), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
-                    label, exact_key=True)))
+                    label, exact_key=True), False))
                 continue
             for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None,
                                                                           self.plan_keys[index])):
@@ -83,7 +84,7 @@ class Replica:
                 out.append((index, name, LazySegment(
                     (self.role, key), cores, functools.partial(self.builder.build_part, group,
                                                   previous if number == 0 else None, plan,
-                                                  part, name), name, exact_key=True)))
+                                                  part, name), name, exact_key=True), key[1]))
         if any(c.sample for c in chunks):
             cores = self.groups[-1].cores + self.cores
             everyone = Group(self.cores)
@@ -92,7 +93,7 @@ class Replica:
                  sum(c.sample for c in chunks)), cores,
                 functools.partial(self.builder.lm_head, self.groups[-1], everyone,
                                   self.plans[-1], chunks), f"r{self.index}.lm_head",
-                exact_key=True)))
+                exact_key=True), False))
         return out
 
 
