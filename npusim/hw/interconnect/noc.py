@@ -37,6 +37,7 @@ import re
 from typing import Any, Callable, Generator, Literal
 
 from pydantic import Field, model_validator
+from simpy.events import NORMAL
 
 from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
@@ -291,7 +292,11 @@ class MeshNoc(Interconnect):
             if done_ps > remaining[1]:
                 remaining[1] = done_ps
             if remaining[0] == 0:
-                all_known.succeed()
+                # Succeed at the last delivery, not now: one event instead of a wake-up
+                # now plus a timeout (what Event.succeed() sets, scheduled later).
+                all_known._ok = True
+                all_known._value = None
+                env.schedule(all_known, NORMAL, remaining[1] - env._now)
 
         # inject() for the packets, with the path looked up once; several packets go
         # as one train (noc_router), which is split wherever another packet competes.
@@ -321,7 +326,6 @@ class MeshNoc(Interconnect):
             front_free = source.front_free[0]
             source.receiver.poke(start if start > front_free else front_free)  # type: ignore[union-attr]
         yield all_known
-        yield env.timeout(remaining[1] - env.now)
         # Counted as the analytic level counts a network stage (Device.account_transfer):
         # busy time is the uncontended time; the excess is reported apart as wait_ps.
         self.stats.transactions += 1
