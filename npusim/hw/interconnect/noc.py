@@ -28,7 +28,10 @@ What is modelled (NpuSim §3.1; details, validation and gaps in ``docs/noc.md``)
 Cost: the model is transaction level.  A granted packet occupies its channel for
 ``flits`` cycles as one train, and a router runs an allocation round only when a waiting
 packet could make progress, so a packet costs about one SimPy event per router it
-crosses, whatever its length and the network size.
+crosses, whatever its length and the network size.  A transfer's packets go as
+**packet trains** of up to ``TRAIN_PACKETS`` packets, granted as one wherever no other
+packet waits for the same output and split where one does: identical timing on an idle
+path, a quarter of the events for bulk DMA (``docs/noc.md``, "Packet trains").
 """
 
 from __future__ import annotations

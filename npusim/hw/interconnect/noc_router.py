@@ -379,7 +379,8 @@ class Router:
             ch_in.waiting[vc_in].popleft()
             ch_in.queued -= 1
             count = 1
-        elif self._contended(port, vc_in, packet.path[packet.j]):
+        elif packet.j > 1 and self._contended(port, vc_in, packet.path[packet.j]):
+            # (j == 1: a network interface, whose only input is the source queue)
             packet = _split(packet)  # the train's first packet goes; the rest stays queued
             count = 1
         else:
