@@ -51,6 +51,7 @@ def relabel_units(stats: dict[str, dict[str, int]], mapping: dict[int, int]) -> 
 class _Entry:
     run: SegmentRun
     to_canonical: dict[int, int]
+    cores: tuple[int, ...] = ()  # lazy entries: the cores the stored run used, in order
 
 
 @dataclass
@@ -63,8 +64,8 @@ class SegmentMemo:
     misses: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _lazy: dict[tuple, _Entry] = field(default_factory=dict)
-    _canonical_of: dict[tuple[int, ...], tuple[dict[int, int], tuple[int, ...]]] = field(
-        default_factory=dict)  # cores -> (relabelling, canonical cores)
+    _canonical_of: dict[tuple, tuple[dict[int, int], tuple[int, ...]]] = field(
+        default_factory=dict)  # (cores, lead) -> (relabelling, canonical own cores)
     _relabelled: dict[tuple, SegmentRun] = field(default_factory=dict)
     _keys: dict[int, tuple[TaskGraph, str, dict[int, int]]] = field(default_factory=dict)
 
@@ -114,25 +115,29 @@ class SegmentMemo:
                           relabel_units(run.unit_stats, original_to_here),
                           run.events, run.transactions, run.extra), True
 
-    def lazy_run(self, key: tuple, cores: tuple[int, ...],
-                 compute: Callable[[], SegmentRun]) -> tuple[SegmentRun, bool]:
+    def lazy_run(self, key: tuple, cores: tuple[int, ...], compute: Callable[[], SegmentRun],
+                 lead_cores: int = 0) -> tuple[SegmentRun, bool]:
         """The run of a lazy segment (``key`` up to a shift of ``cores``).
 
-        On a hit nothing is built: the stored run's counters are renamed onto ``cores``
-        and its ``graph`` is ``None`` (callers build the graph only if they need task
-        names).  ``compute`` builds, prepares and runs the segment on a miss.
+        The first ``lead_cores`` of ``cores`` belong to a neighbour whose placement
+        ``key`` describes itself (a previous pipeline stage, by its hop distances): they
+        are left out of the placement part of the key.  On a hit nothing is built: the
+        stored run's counters are renamed onto ``cores`` position by position and its
+        ``graph`` is ``None`` (callers build the graph only if they need task names).
+        ``compute`` builds, prepares and runs the segment on a miss.
         """
-        placed = self._canonical_of.get(cores)
+        placed = self._canonical_of.get((cores, lead_cores))
         if placed is None:
-            mapping = (self.canonical(set(cores)) if self.canonical else None) or {}
-            placed = self._canonical_of[cores] = (mapping, tuple(mapping.get(core, core)
-                                                                 for core in cores))
+            own = cores[lead_cores:]
+            mapping = (self.canonical(set(own)) if self.canonical else None) or {}
+            placed = self._canonical_of[(cores, lead_cores)] = (
+                mapping, tuple(mapping.get(core, core) for core in own))
         mapping, where = placed
         entry = self._lazy.get((key, where)) if self.enabled else None
         if entry is None:
             run = compute()
             if self.enabled:
-                self._lazy[(key, where)] = _Entry(run, mapping)
+                self._lazy[(key, where)] = _Entry(run, mapping, cores)
             return run, False
         self.hits += 1
         run = entry.run
@@ -141,12 +146,9 @@ class SegmentMemo:
         relabel_key = (id(entry), cores)
         placed_run = self._relabelled.get(relabel_key)
         if placed_run is None:
-            from_canonical = {new: old for old, new in mapping.items()}
-            original_to_here = {old: from_canonical.get(canon, canon)
-                                for old, canon in entry.to_canonical.items()}
             placed_run = self._relabelled[relabel_key] = SegmentRun(
                 None, run.starts, run.ends,  # type: ignore[arg-type]
-                relabel_units(run.unit_stats, original_to_here), run.events,
+                relabel_units(run.unit_stats, dict(zip(entry.cores, cores))), run.events,
                 run.transactions, run.extra)
         return placed_run, True
 

@@ -66,7 +66,7 @@ class Session:
                     self.memo.misses += 1
                     return self._compact(self._execute(graph))
                 return self.memo.run(graph, self._execute)[0]
-            return self.memo.lazy_run(segment.key, segment.cores, compute)
+            return self.memo.lazy_run(segment.key, segment.cores, compute, segment.lead_cores)
         return self.memo.run(self.prepared(segment), self._execute)
 
     def _compact(self, run: SegmentRun) -> SegmentRun:

@@ -17,7 +17,7 @@ from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.state import Entry
-from npusim.strategies.npu.llm_mapping import StageBuilder, plan_key, split_layers
+from npusim.strategies.npu.llm_mapping import StageBuilder, hand_off, plan_key, split_layers
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
@@ -49,6 +49,12 @@ class Replica:
         """:func:`plan_key` of every stage (asked for every stage of every iteration)."""
         return [self.intern(plan_key(self.model, plan)) for plan in self.plans]
 
+    @functools.cached_property
+    def hand_offs(self) -> list[tuple[int, tuple[int, ...]]]:
+        """:func:`hand_off` into every stage (lead cores, hop distances)."""
+        return [hand_off(self.builder.device, self.groups[index - 1] if index else None, group)
+                for index, group in enumerate(self.groups)]
+
     def intern(self, key: tuple) -> int:
         """A small int standing for ``key`` (equal keys, equal ints, in this simulation)."""
         return self.key_ids.setdefault(key, len(self.key_ids))
@@ -72,10 +78,12 @@ class Replica:
             label = f"r{self.index}.stage{index}"
             if granularity == "stage":
                 cores = (previous.cores if previous else ()) + group.cores
+                lead, hops = self.hand_offs[index]
                 out.append((index, label, LazySegment(
-                    ("serve-stage", self.role, previous is None, self.plan_keys[index], shape), cores,
+                    ("serve-stage", self.role, previous is None, self.plan_keys[index], shape,
+                     hops), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
-                    label, exact_key=True), False))
+                    label, exact_key=True, lead_cores=lead), False))
                 continue
             for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None,
                                                                           self.plan_keys[index])):

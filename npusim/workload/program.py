@@ -32,6 +32,10 @@ class LazySegment:
     #: The key alone determines the graph (up to the shift): a miss runs the graph
     #: without also computing its structural signature.
     exact_key: bool = False
+    #: The first ``lead_cores`` of ``cores`` belong to a neighbour (the previous pipeline
+    #: stage, which sends the activations) whose placement the key describes itself,
+    #: by hop distances: they are not part of the placement key.
+    lead_cores: int = 0
 
 
 @dataclass

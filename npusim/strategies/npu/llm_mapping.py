@@ -123,6 +123,8 @@ def map_llm(device, config, seed: int = 0) -> Program:
                             "prompt_len": config.prompt_len, "output_len": config.output_len})
     phases: list[str] = []
     windows: list[tuple[int, int]] = []  # MoE: run tokens (first, count) of each iteration
+    hand_offs = [hand_off(device, groups[index - 1] if index else None, group)
+                 for index, group in enumerate(groups)]
     for iteration in iterations(config):
         shape = tuple((c.new_tokens, c.context_len, c.sample) for c in iteration.chunks)
         window = (sum(w[1] for w in windows), sum(c.new_tokens for c in iteration.chunks))
@@ -132,11 +134,12 @@ def map_llm(device, config, seed: int = 0) -> Program:
             label = f"{iteration.label}/stage{index}"
             cores = (previous.cores if previous else ()) + group.cores
             moe_key = routing.key(plan.layers, *window) if routing else ()
+            lead, hops = hand_offs[index]
             program.append(LazySegment(
-                ("stage", previous is None, plan_key(model, plan), shape, moe_key), cores,
+                ("stage", previous is None, plan_key(model, plan), shape, moe_key, hops), cores,
                 functools.partial(builder.stage, group, previous, plan, iteration.chunks, label,
                                   token_start=window[0]),
-                label, exact_key=True), label)
+                label, exact_key=True, lead_cores=lead), label)
             phases.append(iteration.phase)
         if any(c.sample for c in iteration.chunks):
             label = f"{iteration.label}/lm_head"
@@ -152,6 +155,23 @@ def map_llm(device, config, seed: int = 0) -> Program:
                             expert_placement=config.expert_placement.kind)
     program.finish = lambda ends: _phase_metrics(phases, ends, config)
     return program
+
+
+def hand_off(device, previous: Group | None, group: Group) -> tuple[int, tuple[int, ...]]:
+    """``(lead cores, hop distances)`` of the activation hand-off into a stage: the
+    previous stage's cores come first in the segment's cores, and the memo keys the
+    stage by how far each activation travels instead of by where the sender sits.
+
+    Stages fed from different directions at the same distances then share one timing.
+    Measured on the 100-request Azure replay (Qwen3-4B, 64 cores): of 231 stage shapes
+    timed from several directions, 215 took exactly the same time and the others
+    differed by at most 0.006% (which activations share a mesh link differs).
+    """
+    if previous is None:
+        return 0, ()
+    noc = device.parts["noc"]
+    return len(previous.cores), tuple(noc.hops(f"core{src}", f"core{dst}")
+                                      for src, dst in zip(previous.cores, group.cores))
 
 
 def plan_key(model, plan: StagePlan) -> tuple:
