@@ -58,3 +58,38 @@ def test_without_a_symmetry_only_identical_graphs_hit(device):
     _, hit = memo.run(pair(device, 2, 3), execute)
     _, again = memo.run(pair(device, 0, 1), execute)
     assert (hit, again) == (False, True)
+
+
+def handoff_then_gemm(device, senders: tuple[int, ...], cores: tuple[int, ...]) -> TaskGraph:
+    """A stage's shape: activations arrive from ``senders``, then each core multiplies."""
+    graph = TaskGraph()
+    for src, dst in zip(senders, cores):
+        arrived = graph.transfer(f"core{src}.sram", f"core{dst}.sram", 64 << 10)
+        graph.compute(f"core{dst}.sa", Op("gemm", m=64, k=512, n=512), [arrived])
+    return prepare(graph, device)
+
+
+def test_a_stage_fed_from_another_direction_at_the_same_distance_shares_one_timing(device):
+    from npusim.executor.analytic import run_analytic
+    from npusim.strategies.npu.llm_mapping import hand_off
+    from npusim.strategies.npu.placement import Group
+
+    memo = SegmentMemo(canonical=device.canonical_cores)
+    group = Group((9, 10))
+    runs = {}
+    for senders in ((1, 2), (17, 18), (8, 9)):    # from above, below and the left: 1 hop each
+        lead, hops = hand_off(device, Group(senders), group)
+        cores = senders + group.cores
+        graph = handoff_then_gemm(device, senders, group.cores)
+        runs[senders] = memo.lazy_run(("stage", hops), cores,
+                                      lambda g=graph: run_analytic(g, device), lead)
+        assert lead == 2 and hops == (1, 1)
+    assert [hit for _, hit in runs.values()] == [False, True, True]
+    # The reused counters are renamed onto the cores of each placement, senders included.
+    below, _ = runs[(17, 18)]
+    fresh = run_analytic(handoff_then_gemm(device, (17, 18), group.cores), device)
+    assert set(below.unit_stats) == set(fresh.unit_stats)
+    assert below.unit_stats["core17.sram"] == fresh.unit_stats["core17.sram"]
+    assert below.makespan_ps == fresh.makespan_ps
+    # A sender two hops away is a different key: a different hand-off.
+    assert hand_off(device, Group((25, 26)), group)[1] == (2, 2)
