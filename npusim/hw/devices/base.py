@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generator, Iterator
 
 from npusim.core.errors import MappingError
-from npusim.hw.base import (AccessPattern, Component, ComputeUnit, Interconnect,
-                            MemoryTarget, MemoryTransaction)
+from npusim.hw.base import AccessPattern, Component, ComputeUnit, Interconnect, MemoryTarget
+from npusim.hw.devices.dma import DmaWorker, stage_steps
 from npusim.mapping.taskgraph import TransferTask
 
 
@@ -246,19 +246,12 @@ class Device:
         plan = self.plan_transfer(task, seed)
         chunks = _chunk_offsets(task.size_bytes, plan)
         cursor = iter(chunks)
-
-        def worker() -> Generator:
-            for offset, size, addr in cursor:
-                for stage in plan.stages:
-                    if stage.action == "net":
-                        yield from stage.part.transfer(stage.src_node, stage.dst_node, size)
-                    else:
-                        txn = MemoryTransaction(addr, size, stage.action == "write", task.name)
-                        yield from stage.part.transact(txn)
-                if on_chunk is not None:
-                    on_chunk(size)
-
-        workers = [env.process(worker()) for _ in range(min(plan.max_outstanding, len(chunks)))]
+        # Each worker takes the next chunk through every stage (devices/dma.py: an
+        # event-driven worker with the schedule of a process running
+        # ``for stage: yield from part.transact(...)``).
+        steps = stage_steps(plan.stages)
+        workers = [DmaWorker(env, cursor, steps, task.name, on_chunk)
+                   for _ in range(min(plan.max_outstanding, len(chunks)))]
         yield env.all_of(workers)
 
 

@@ -273,6 +273,14 @@ class MeshNoc(Interconnect):
         waiting for links and ports held by other packets, the same DMA's other chunks
         included), ``packets``, ``flits`` and ``packet_hops`` (router-to-router links
         crossed, summed over packets)."""
+        done = self.start_transfer(src, dst, size_bytes)
+        if done is not None:
+            yield done
+
+    def start_transfer(self, src: Any, dst: Any, size_bytes: int) -> Any:
+        """:meth:`transfer` without the generator: send the packets now and return the
+        event that succeeds when the last flit has been delivered (None: nothing to
+        send).  The DMA workers' fast path, one call per chunk."""
         env = self._env()
         s, d = self.node(src), self.node(dst)
         key = (s, d, size_bytes)
@@ -285,10 +293,11 @@ class MeshNoc(Interconnect):
                 self.transfer_time_ps(s, d, size_bytes) if payloads else 0)
         packets, total_flits, uncontended = shape
         if not packets:
-            return
-        start = env.now
+            return None
+        start = env._now
         remaining = [len(packets), start]
         all_known = env.event()
+        stats = self.stats
 
         def on_done(done_ps: int) -> None:
             remaining[0] -= 1
@@ -300,6 +309,13 @@ class MeshNoc(Interconnect):
                 all_known._ok = True
                 all_known._value = None
                 env.schedule(all_known, NORMAL, remaining[1] - env._now)
+                # Counted as the analytic level counts a network stage
+                # (Device.account_transfer): busy time is the uncontended time; the
+                # excess, up to the last delivery, is reported apart as wait_ps.
+                stats.transactions += 1
+                stats.bytes_read += int(size_bytes)
+                stats.busy_ps += uncontended
+                stats.add("wait_ps", remaining[1] - start - uncontended)
 
         # inject() for the packets, with the path looked up once; several packets go
         # as one train (noc_router), which is split wherever another packet competes.
@@ -328,13 +344,7 @@ class MeshNoc(Interconnect):
         if was_empty:
             front_free = source.front_free[0]
             source.receiver.poke(start if start > front_free else front_free)  # type: ignore[union-attr]
-        yield all_known
-        # Counted as the analytic level counts a network stage (Device.account_transfer):
-        # busy time is the uncontended time; the excess is reported apart as wait_ps.
-        self.stats.transactions += 1
-        self.stats.bytes_read += int(size_bytes)
-        self.stats.busy_ps += uncontended
-        self.stats.add("wait_ps", env.now - start - uncontended)
+        return all_known
 
     def inject(self, src: Any, dst: Any, payload_bytes: int, flits: int | None = None,
                on_done: Callable[[int], None] | None = None) -> None:

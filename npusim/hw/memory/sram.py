@@ -104,6 +104,7 @@ class Sram(MemoryTarget):
         self._all_free_ps: int | None = 0
         self._shares: dict[tuple[int, int], tuple[int, list[tuple[int, int]]]] = {}
         self._latency_ps = cycles_to_ps(config.access_latency_cycles, config.freq_hz)
+        self._round_bytes = config.banks * config.interleave_bytes
 
     # -- closed form -------------------------------------------------------------
     def _bank_cycles(self, nbytes: int) -> int:
@@ -149,7 +150,6 @@ class Sram(MemoryTarget):
         env = self.env
         if env is None:
             raise RuntimeError(f"{self.name}: transact() called before bind(env)")
-        cfg = self.config
         now = env.now
         txn.begin_req_ps = now
         latency = self._latency_ps
@@ -157,57 +157,68 @@ class Sram(MemoryTarget):
             txn.end_req_ps = txn.begin_resp_ps = now
             txn.end_resp_ps = now + latency
         else:
-            # Bank shares depend only on the offset within one interleave round and the
-            # size; transfers are chunked uniformly, so a handful of keys cover a run.
-            round_bytes = cfg.banks * cfg.interleave_bytes
-            key = (txn.addr % round_bytes, txn.size_bytes)
-            shares = self._shares.get(key)
-            if shares is None:
-                shares = self._shares[key] = self._bank_busy(key[0], txn.size_bytes)
-            uniform, touched = shares
-            free = self._bank_free_ps
-            all_free = self._all_free_ps
-            if uniform and all_free is not None:
-                # Every bank gets the same share and all are free at the same time: the
-                # per-bank reservation below, done once for all banks.
-                service = uniform
-                first_start = all_free if all_free > now else now
-                last_end = self._all_free_ps = first_start + uniform
-            elif uniform:
-                # Every bank gets the same share (whole interleave rounds, the common DMA
-                # chunk): the same per-bank reservation as below, as list operations.
-                service = uniform
-                starts = [start if start > now else now for start in free]
-                first_start = min(starts)
-                last_end = max(starts) + uniform
-                free[:] = [start + uniform for start in starts]
-                if first_start + uniform == last_end:  # all banks in step again
-                    self._all_free_ps = last_end
-            else:
-                if all_free is not None:
-                    free[:] = [all_free] * len(free)
-                    self._all_free_ps = None
-                first_start, last_end, service = None, now, 0
-                for bank, busy in touched:
-                    start = free[bank]
-                    if start < now:
-                        start = now
-                    free[bank] = start + busy
-                    if first_start is None or start < first_start:
-                        first_start = start
-                    if start + busy > last_end:
-                        last_end = start + busy
-                    if busy > service:
-                        service = busy
+            first_start, last_end = self._book(txn.addr, txn.size_bytes, txn.is_write, now)
             txn.end_req_ps = first_start
             txn.begin_resp_ps = first_start + latency
             txn.end_resp_ps = last_end + latency
-            stats = self.stats
-            stats.busy_ps += service
-            stats.transactions += 1
-            if txn.is_write:
-                stats.bytes_written += txn.size_bytes
-            else:
-                stats.bytes_read += txn.size_bytes
         yield env.timeout(txn.end_resp_ps - now)
         return txn
+
+    def reserve(self, addr: int, size: int, is_write: bool, now: int) -> int:
+        """:meth:`transact` without the transaction object and the generator: book the
+        banks for ``size`` (> 0) bytes at ``addr`` arriving at ``now`` (the current
+        time) and return END_RESP.  The DMA workers' fast path (one call per chunk)."""
+        return self._book(addr, size, is_write, now)[1] + self._latency_ps
+
+    def _book(self, addr: int, size: int, is_write: bool, now: int) -> tuple[int, int]:
+        """Reserve the touched banks (``size`` > 0) and count the transaction; returns
+        (first bank's start, last bank's end) in ps."""
+        # Bank shares depend only on the offset within one interleave round and the
+        # size; transfers are chunked uniformly, so a handful of keys cover a run.
+        key = (addr % self._round_bytes, size)
+        shares = self._shares.get(key)
+        if shares is None:
+            shares = self._shares[key] = self._bank_busy(key[0], size)
+        uniform, touched = shares
+        free = self._bank_free_ps
+        all_free = self._all_free_ps
+        if uniform and all_free is not None:
+            # Every bank gets the same share and all are free at the same time: the
+            # per-bank reservation below, done once for all banks.
+            service = uniform
+            first_start = all_free if all_free > now else now
+            last_end = self._all_free_ps = first_start + uniform
+        elif uniform:
+            # Every bank gets the same share (whole interleave rounds, the common DMA
+            # chunk): the same per-bank reservation as below, as list operations.
+            service = uniform
+            starts = [start if start > now else now for start in free]
+            first_start = min(starts)
+            last_end = max(starts) + uniform
+            free[:] = [start + uniform for start in starts]
+            if first_start + uniform == last_end:  # all banks in step again
+                self._all_free_ps = last_end
+        else:
+            if all_free is not None:
+                free[:] = [all_free] * len(free)
+                self._all_free_ps = None
+            first_start, last_end, service = None, now, 0
+            for bank, busy in touched:
+                start = free[bank]
+                if start < now:
+                    start = now
+                free[bank] = start + busy
+                if first_start is None or start < first_start:
+                    first_start = start
+                if start + busy > last_end:
+                    last_end = start + busy
+                if busy > service:
+                    service = busy
+        stats = self.stats
+        stats.busy_ps += service
+        stats.transactions += 1
+        if is_write:
+            stats.bytes_written += size
+        else:
+            stats.bytes_read += size
+        return first_start, last_end
