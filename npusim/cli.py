@@ -12,7 +12,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from npusim.core.errors import NpusimError
+from npusim.core.errors import MappingError, NpusimError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
@@ -118,7 +118,10 @@ def run(
             if value is not None:
                 overrides.append(f"workload.{field}={value}")
         config = load_scenario(scenario, overrides, hw)
-        result = _simulate_with_progress(simulate, config, quiet)
+        try:
+            result = _simulate_with_progress(simulate, config, quiet)
+        except MappingError as exc:  # the config was valid but cannot run: say which one
+            raise MappingError(f"{scenario}: {exc}") from None
         out_dir = result.write(out or Path("out") / config.name)
         if not quiet:
             _summary_table(result)

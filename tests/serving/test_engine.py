@@ -162,3 +162,4 @@ def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, t
                            "--set", override, "--out", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert Path(DISAGG).name in proc.stderr  # every message says which scenario
