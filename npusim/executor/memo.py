@@ -7,8 +7,10 @@ only on its structure, the device and the mode: the structural signature of the 
 symmetry (:meth:`Device.canonical_cores`: a layer on cores 4-7 of a mesh times exactly
 like the same layer on cores 0-3), placements are first moved to a canonical position,
 so pipeline stages on different core groups share one entry; the reused run's per-unit
-counters are renamed back onto the cores the segment actually used.  Hits and misses are
-reported.
+counters are renamed back onto the cores the segment actually used.  A lazy segment may
+also name *lead cores* (the previous pipeline stage that sends it activations): its key
+then describes them by hop distance instead of position, so a stage fed from the left or
+from below at the same distance shares one entry too.  Hits and misses are reported.
 """
 
 from __future__ import annotations
