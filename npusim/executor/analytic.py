@@ -61,6 +61,10 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     transfers: dict[int, list] = {}  # id(accounting) -> [accounting, occurrences]
     transfer_get = transfers.get
     analytic_transfer = device.analytic_transfer
+    # Busy time of transfers and of host tasks that hold a resource, and the first
+    # compute start (the segment's exposed start-up lead), gathered on the way.
+    transfer_busy = host_busy = 0
+    lead = -1
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
@@ -81,6 +85,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if start < ready:
                 start = ready
             unit_free[unit] = start + duration
+            if start < lead or lead < 0:
+                lead = start
         elif kind is TransferTask:
             duration, reservations, accounting = analytic_transfer(task, seed)
             # Each memory and link is a first-come-first-served bandwidth server: the
@@ -97,6 +103,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                     end = served
             if end - start > duration:
                 duration = end - start
+            transfer_busy += duration
             entry = transfer_get(id(accounting))
             if entry is None:
                 transfers[id(accounting)] = [accounting, 1]
@@ -109,6 +116,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             duration = task.duration_ps
             if resource:
                 unit_free[resource] = start + duration
+                host_busy += duration
         end = start + duration
         starts[task_id] = start
         ends[task_id] = end
@@ -118,7 +126,16 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             waiting[successor] -= 1
             if not waiting[successor]:
                 push(heap, ready_at[successor] * count + successor)
-    return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0)
+    busy: dict[str, int] = {}
+    for duration, occurrences, _, op in computes.values():
+        name = op.name or op.kind
+        busy[name] = busy.get(name, 0) + duration * occurrences
+    if transfers:
+        busy["transfer"] = transfer_busy
+    if host_busy:
+        busy["host"] = host_busy
+    return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0,
+                      extra={"busy_by_name": busy, "lead_ps": max(lead, 0)})
 
 
 _COUNTERS = ("busy_ps", "ops", "flops", "bytes_read", "bytes_written", "transactions")

@@ -76,7 +76,8 @@ class Session:
         if self.trace and len(self.columns["task"]) < self.trace_max_tasks:
             return run
         busy_by_op(run)
-        run.extra["lead_ps"] = lead_time(run)
+        if "lead_ps" not in run.extra:
+            run.extra["lead_ps"] = lead_time(run)
         return SegmentRun(None, [], [run.makespan_ps],  # type: ignore[arg-type]
                           run.unit_stats, run.events, run.transactions, run.extra)
 
@@ -191,6 +192,12 @@ def busy_by_op(run: SegmentRun) -> dict[str, int]:
     cached = run.extra.get("busy_by_op")
     if cached is None and run.graph is None:
         return _NO_OPS
+    if cached is None and "busy_by_name" in run.extra:  # summed by the executor already
+        cached = {}
+        for op, busy in run.extra.pop("busy_by_name").items():
+            op = _without_layer(op)
+            cached[op] = cached.get(op, 0) + busy
+        run.extra["busy_by_op"] = cached
     if cached is None:
         # Summed per op name as the tasks carry it first, then per name without its layer
         # prefix: a segment has a few hundred distinct names and tens of thousands of
