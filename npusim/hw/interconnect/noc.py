@@ -158,6 +158,10 @@ class MeshNoc(Interconnect):
     #: idle path, a few events instead of one per packet and hop.  False: packet by
     #: packet (the reference the trains are tested against).
     packet_trains = True
+    #: Routers with one VC per channel run ``noc_single.allocate_single`` (the same
+    #: decisions as ``Router.allocate``, fewer operations).  False: always the general
+    #: round (the reference the fast path is tested against).
+    single_vc_fast_path = True
 
     def __init__(self, name: str = "noc", config: NocConfig | None = None):
         super().__init__(name, config if config is not None else NocConfig())

@@ -39,12 +39,22 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from simpy.events import NORMAL, Event
+from heapq import heappush
+
+from simpy.events import NORMAL
 
 if TYPE_CHECKING:
     from npusim.hw.interconnect.noc import MeshNoc
 
 _new_event = object.__new__
+
+
+class _Wake:
+    """A router's wake-up event: what the event loops read of a triggered
+    :class:`simpy.events.Event` (``callbacks``, ``_ok``, ``_value``), without its dict."""
+
+    __slots__ = ("callbacks", "_value")
+    _ok = True
 
 #: "Never" / "unbounded" sentinel (ps or flits).
 INF = 1 << 62
@@ -126,7 +136,8 @@ class Router:
     """An input-queued VC router (or a node's network interface, whose only input is
     the unbounded source queue).  State lives here; timing constants on the network."""
 
-    __slots__ = ("net", "inputs", "in_rr", "xbar_free", "wakes", "port_rr", "orders")
+    __slots__ = ("net", "inputs", "in_rr", "xbar_free", "wakes", "port_rr", "orders",
+                 "single", "_on_wake")
 
     def __init__(self, net: "MeshNoc"):
         self.net = net
@@ -136,6 +147,10 @@ class Router:
         self.wakes: set[int] = set()
         self.port_rr = 0
         self.orders: tuple[tuple[int, ...], ...] = ()  # port visiting order per port_rr
+        #: Every channel has one VC: allocation rounds take the shorter path of
+        #: ``noc_single.allocate_single`` (same decisions as :meth:`allocate`).
+        self.single = net.config.virtual_channels == 1 and net.single_vc_fast_path
+        self._on_wake = self._wake  # bound once: one wake event per allocation round
 
     def add_input(self, channel: Channel) -> None:
         channel.receiver = self
@@ -153,20 +168,21 @@ class Router:
             return
         wakes.add(when)
         env = self.net.env
-        # What ``env.timeout(when - now, when)`` plus a callback builds and schedules (same
-        # priority, same place in the queue), without Timeout's checks and property
-        # calls: routers wake millions of times in an LLM run.
-        event = _new_event(Event)
-        event.env = env
-        event.callbacks = [self._wake]
-        event._value = when
-        event._ok = True
-        env.schedule(event, NORMAL, when - env._now)
+        # What ``env.timeout(when - now, when)`` plus a callback schedules (same priority,
+        # same place in the queue: ``env.schedule`` inlined), as a small slotted event:
+        # routers wake millions of times in an LLM run.
+        wake = _new_event(_Wake)
+        wake.callbacks = [self._on_wake]
+        wake._value = when
+        heappush(env._queue, (when, NORMAL, next(env._eid), wake))
 
     def _wake(self, event: Any) -> None:
         when = event._value
         self.wakes.discard(when)
-        self.allocate(when)
+        if self.single:
+            allocate_single(self, when)
+        else:
+            self.allocate(when)
 
     # -- one allocation round --------------------------------------------------------
     def allocate(self, t: int) -> None:
@@ -484,3 +500,7 @@ def _couple(packet: Packet, queue: deque[Packet]) -> int:
         packet.flits += other.flits
         packet.payload += other.payload
     return 1 if parts is None else len(parts)
+
+
+# At the end: noc_single imports INF from this module.
+from npusim.hw.interconnect.noc_single import allocate_single  # noqa: E402
