@@ -19,6 +19,7 @@ process does when its generator returns; so event counts and ties are unchanged.
 
 from __future__ import annotations
 
+from heapq import heappush
 from typing import Any, Callable, Iterator
 
 from simpy.events import NORMAL, URGENT, Event
@@ -26,6 +27,14 @@ from simpy.events import NORMAL, URGENT, Event
 from npusim.hw.base import MemoryTransaction
 
 _new_event = object.__new__
+
+
+class _Done:
+    """A stage's completion (what the event loops read of a triggered Event)."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+    _value = None
 
 #: Stage kinds of a worker step.
 _GENERIC, _RESERVE, _NET = 0, 1, 2
@@ -101,13 +110,12 @@ class DmaWorker(Event):
             kind, call, src, dst, is_write = steps[index]
             index += 1
             if kind == _RESERVE:
-                now = env._now
-                done = _new_event(Event)
-                done.env = env
+                # env.timeout(end - now) as a small slotted event, pushed as
+                # env.schedule would (same priority, same place in the queue).
+                done = _new_event(_Done)
                 done.callbacks = [self._step]
-                done._value = None
-                done._ok = True
-                env.schedule(done, NORMAL, call(self._addr, self._size, is_write, now) - now)
+                heappush(env._queue, (call(self._addr, self._size, is_write, env._now),
+                                      NORMAL, next(env._eid), done))
                 self._index = index
                 return
             if kind == _NET:
