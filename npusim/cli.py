@@ -168,7 +168,9 @@ def validate(
     from npusim.validation.runner import run_cases
 
     def action() -> None:
-        outcomes = run_cases(suite=suite, ids=case, fast=fast, report=report or None)
+        # ``--report ''`` arrives as Path('.') (typer turns '' into the current directory).
+        wanted = report if report is not None and str(report) not in ("", ".") else None
+        outcomes = run_cases(suite=suite, ids=case, fast=fast, report=wanted)
         failed = [o.case.id for o in outcomes if not o.passed]
         if failed:
             typer.secho(f"{len(failed)} of {len(outcomes)} cases failed: {', '.join(failed)}",

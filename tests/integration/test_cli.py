@@ -80,3 +80,11 @@ def test_fuzz_loader_only_raises_config_errors(path, value):
         load_scenario(QUICKSTART, [f"{path}={json.dumps(value)}"])
     except ConfigError as exc:
         assert str(exc).strip()
+
+
+def test_validate_writes_the_report_only_where_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = run_cli(["validate", "--case", "C-SA-01", "--report", ""], capsys)
+    assert code in (0, None) and list(tmp_path.iterdir()) == []  # '' means no report
+    code, _, _ = run_cli(["validate", "--case", "C-SA-01", "--report", "r.md"], capsys)
+    assert code in (0, None) and "C-SA-01" in (tmp_path / "r.md").read_text()
