@@ -387,7 +387,10 @@ class Router:
         return False
 
     # -- grants and releases -----------------------------------------------------------
-    def _grant(self, packet: Packet, port: int, vc_in: int, t: int) -> None:
+    def _grant(self, packet: Packet, port: int, vc_in: int, t: int, alone: bool = False) -> None:
+        """Send ``packet`` (at the front of VC ``vc_in`` of input ``port``) on its next
+        channel at ``t``.  ``alone``: the caller knows no other packet waits at this
+        router (one VC per input, no other input queued), so a train is never split."""
         net = self.net
         period = net.period_ps
         ch_in = self.inputs[port]
@@ -395,7 +398,7 @@ class Router:
             ch_in.waiting[vc_in].popleft()
             ch_in.queued -= 1
             count = 1
-        elif packet.j > 1 and self._contended(port, vc_in, packet.path[packet.j]):
+        elif packet.j > 1 and not alone and self._contended(port, vc_in, packet.path[packet.j]):
             # (j == 1: a network interface, whose only input is the source queue)
             packet = _split(packet)  # the train's first packet goes; the rest stays queued
             count = 1

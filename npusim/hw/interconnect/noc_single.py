@@ -31,10 +31,12 @@ def allocate_single(router: "Router", t: int) -> None:
     chosen_p = -1
     chosen_packet: Any = None
     others: list[tuple[int, int, Any]] | None = None  # further requests this round
+    busy_ports = 0  # inputs with queued packets (one: a train there is never contended)
     for p in router.orders[start_port]:
         ch_in = inputs[p]
         if not ch_in.queued:
             continue
+        busy_ports += 1
         queue = ch_in.waiting[0]
         if not queue:
             continue
@@ -110,7 +112,7 @@ def allocate_single(router: "Router", t: int) -> None:
         ch_in = inputs[p]
         in_rr[p] = 0
         out.sa_rr = (p + 1) % nports
-        router._grant(packet, p, 0, t)
+        router._grant(packet, p, 0, t, busy_ports == 1)
         queue = ch_in.waiting[0]
         if queue:
             front_free = ch_in.front_free[0]

@@ -50,20 +50,22 @@ class CommitMemo:
         """Everything a commit of ``req`` at ``now`` reads, relative to ``now``."""
         past = self._past
         old = now - past
+        never = -past  # any time at or before ``old``: equivalent for a commit
         row_base = req.row_base
+        bus_free = self.bus_free
         key: list[Any] = [req.shape, req.is_write, self.bus_rank, self.bus_write,
-                          self.bus_free - now if self.bus_free > old else -past]
+                          bus_free - now if bus_free > old else never]
         key += [(row - row_base if (row := b.open_row) >= 0 else None,
-                 v - now if (v := b.act_ok) > old else -past,
-                 v - now if (v := b.pre_ok) > old else -past,
-                 v - now if (v := b.col_ok) > old else -past) for b in self.banks]
-        key += [v - now if v > old else -past for v in self.bg_last_act]
-        key += [v - now if v > old else -past for v in self.bg_col_ok]
+                 v - now if (v := b.act_ok) > old else never,
+                 v - now if (v := b.pre_ok) > old else never,
+                 v - now if (v := b.col_ok) > old else never) for b in self.banks]
+        key += [v - now if v > old else never for v in self.bg_last_act]
+        key += [v - now if v > old else never for v in self.bg_col_ok]
         for state in self.ranks:
-            key += (v - now if (v := state.last_act) > old else -past,
-                    v - now if (v := state.col_ok) > old else -past,
-                    v - now if (v := state.wtr_ok) > old else -past, len(state.faw))
-            key += [v - now if v > old else -past for v in state.faw]
+            key += (v - now if (v := state.last_act) > old else never,
+                    v - now if (v := state.col_ok) > old else never,
+                    v - now if (v := state.wtr_ok) > old else never, len(state.faw))
+            key += [v - now if v > old else never for v in state.faw]
         return tuple(key)
 
     def _snapshot(self) -> tuple:
