@@ -105,8 +105,11 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                                   "(NpuSim's per-request HBM buffer), no preemption; "
                                   "'incremental': reserve as tokens arrive, preempt when full.")
     preemption: Literal["recompute", "swap"] = Field(
-        "recompute", description="What a preempted request loses: 'recompute' drops its KV "
-                                 "and prefills prompt + generated tokens again.")
+        "recompute", description="What a preempted request loses (kv_reservation: "
+                                 "incremental): 'recompute' drops its KV and prefills prompt "
+                                 "+ generated tokens again; 'swap' moves its KV to host "
+                                 "memory over the host link (needs hw.host) and back before "
+                                 "it decodes again.")
     kv_sram_fraction: float = Field(
         0.25, ge=0, le=1, description="Share of each core's SRAM (after buffers) offered to "
                                       "KV blocks before weights (assumption; NpuSim tunes "
@@ -130,14 +133,6 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
     @classmethod
     def _scheduler(cls, value: Any) -> Any:
         return _named_part("scheduler", value)
-
-    @model_validator(mode="after")
-    def _check(self) -> "ServingWorkloadConfig":
-        if self.preemption == "swap":
-            raise ValueError("preemption 'swap' needs a memory tier below the replica's KV "
-                             "(host DRAM); the NPU keeps KV in its own SRAM and HBM, so use "
-                             "'recompute'")
-        return self
 
 
 @register("workload", ServingWorkloadConfig)

@@ -22,7 +22,7 @@ from npusim.config.presets import REPO_ROOT
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.serving.metrics import summarise
-from npusim.serving.npu_backend import Replica, build_replicas, kv_transfer_graph
+from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
 from npusim.serving.state import Entry, RequestState, SchedulerView
 from npusim.workload.models import load_model
 from npusim.workload.program import DriveOutcome
@@ -44,6 +44,15 @@ class ServingDriver:
         self.schedulers = {r.index: scheduler_cls(config.scheduler) for r in self.replicas}
         kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
         self.kv_bytes_per_token_layer = 2 * self.model.kv_size * kv_dtype
+        # Swap preemption moves KV to the host memory behind the chip's host link.
+        self.swap_host = getattr(device, "host_memory", None) if config.preemption == "swap" else None
+        if config.preemption == "swap" and self.swap_host is None:
+            raise MappingError(
+                "workload.preemption: 'swap' moves a preempted request's KV to host memory "
+                "over the chip's host link, and this device has none; add hw.host (e.g. "
+                "host: {link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200, "
+                "channels: 4}}) "
+                "or use preemption: recompute")
 
     # -- the event loop ------------------------------------------------------------------
     def drive(self, session, progress: Callable[[int, int], None] | None = None) -> DriveOutcome:
@@ -53,6 +62,7 @@ class ServingDriver:
         kv_used = {r.index: 0 for r in reps}
         in_flight = {r.index: 0 for r in reps}
         pending_decode: dict[int, list[RequestState]] = {r.index: [] for r in reps}
+        swapped: dict[int, list[RequestState]] = {r.index: [] for r in reps}  # KV on the host
         iterations = {r.index: 0 for r in reps}
         counter = itertools.count()
         events: list[tuple[int, int, str, Any]] = []
@@ -76,6 +86,8 @@ class ServingDriver:
                 waiting = [s for s in arrived if not s.in_flight and not s.finished
                            and not s.rejected and not s.prefill_done
                            and (s.replica is None or s.replica == replica.index)]
+                if swapped[replica.index]:  # swapped-out requests come back before new ones
+                    waiting = [s for s in waiting if s.admitted]
             running = [s for s in arrived if not s.in_flight and not s.finished
                        and s.prefill_done and s.replica == replica.index
                        and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
@@ -104,7 +116,15 @@ class ServingDriver:
             entries = self.schedulers[replica.index].schedule(view)
             if not entries:
                 return False
-            entries = self._grow_or_preempt(replica, entries, kv_used, capacity, reserve_max)
+            entries, victims = self._grow_or_preempt(replica, entries, kv_used, capacity,
+                                                     reserve_max)
+            for state in victims:  # swap preemption: KV out to host memory
+                graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
+                                      self.swap_host, out=True)
+                run = session.run(graph, f"swap-out {state.id} r{replica.index}", now)
+                state.ready_ps = now + run.makespan_ps  # back in only once it is out
+                swapped[replica.index].append(state)
+                heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
             if not entries:
                 return False
             for entry in entries:
@@ -189,6 +209,21 @@ class ServingDriver:
                     kv_used[replica.index] += state.max_tokens
                     state.kv_reserved = state.max_tokens
                     state.admitted, state.replica, state.ready_ps = True, replica.index, now
+            # Swapped-out requests come back, oldest first, once their KV fits again (with
+            # room for the token they decode next); the swap-in is a timed transfer.
+            for replica in reps:
+                queue = swapped[replica.index]
+                while (queue and queue[0].ready_ps <= now and capacity[replica.index]
+                       - kv_used[replica.index] > queue[0].kv_tokens):
+                    state = queue.pop(0)
+                    kv_used[replica.index] += state.kv_tokens
+                    state.kv_reserved = state.kv_tokens
+                    state.admitted, state.swapped = True, False
+                    graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
+                                          self.swap_host, out=False)
+                    run = session.run(graph, f"swap-in {state.id} r{replica.index}", now)
+                    state.ready_ps = now + run.makespan_ps
+                    heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
             # Several events may share a timestamp: launch once they are all applied.
             if not events or events[0][0] > now:
                 try_launch(now)
@@ -223,11 +258,12 @@ class ServingDriver:
         return ""
 
     def _grow_or_preempt(self, replica: Replica, entries: list[Entry], kv_used, capacity,
-                         reserve_max: bool) -> list[Entry]:
+                         reserve_max: bool) -> tuple[list[Entry], list[RequestState]]:
         """Incremental KV: each decode needs one more token; preempt the newest decodes
-        (recompute) until the rest fit."""
+        until the rest fit.  Returns the entries kept and the requests to swap out
+        (``preemption: swap``; with ``recompute`` their KV is simply dropped)."""
         if reserve_max:
-            return entries
+            return entries, []
         growth = sum(1 for e in entries if e.state.prefill_done)
         free = capacity[replica.index] - kv_used[replica.index]
         if growth <= free:
@@ -235,10 +271,11 @@ class ServingDriver:
                 if entry.state.prefill_done:
                     entry.state.kv_reserved += 1
                     kv_used[replica.index] += 1
-            return entries
+            return entries, []
         decoding = [e for e in entries if e.state.prefill_done]
         victims = sorted(decoding, key=lambda e: e.state.request.arrival_ps, reverse=True)
         kept = list(entries)
+        swap_out: list[RequestState] = []
         for victim in victims:
             if growth <= free:
                 break
@@ -247,15 +284,21 @@ class ServingDriver:
             growth -= 1
             kv_used[replica.index] -= state.kv_reserved
             free += state.kv_reserved
-            state.kv_reserved = state.kv_tokens = state.prefilled = 0
-            state.recompute_tokens = state.generated
+            state.kv_reserved = 0
+            if self.swap_host is not None:  # its KV survives on the host
+                state.swapped = True
+                state.swapped_out += 1
+                swap_out.append(state)
+            else:                            # its KV is gone: prefill everything again
+                state.kv_tokens = state.prefilled = 0
+                state.recompute_tokens = state.generated
             state.preempted += 1
             state.admitted = False
         for entry in kept:
             if entry.state.prefill_done:
                 entry.state.kv_reserved += 1
                 kv_used[replica.index] += 1
-        return kept
+        return kept, swap_out
 
     def _complete(self, entry: Entry, replica: Replica, now: int, kv_used, reserve_max,
                   finish, pending_decode, session, events, counter) -> None:

@@ -37,7 +37,7 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
             "ttft_ps": None if s.first_token_ps is None else s.first_token_ps - r.arrival_ps,
             "e2e_ps": None if s.finish_ps is None else s.finish_ps - r.arrival_ps,
             "mean_tbt_ps": float(np.mean(gaps)) if len(gaps) else None,
-            "generated": s.generated, "preempted": s.preempted,
+            "generated": s.generated, "preempted": s.preempted, "swapped_out": s.swapped_out,
             "token_times_ps": " ".join(map(str, s.token_times_ps)),
         })
     return rows
@@ -68,6 +68,7 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0
     metrics["slo_attainment"] = len(good) / len(done) if done else 0.0
     metrics["preemptions"] = sum(s.preempted for s in states)
+    metrics["swap_outs"] = sum(s.swapped_out for s in states)
     area = device_area_mm2(driver.device)
     metrics["area_mm2"] = area
     metrics["throughput_tokens_per_s_per_mm2"] = (metrics["throughput_tokens_per_s"] / area["total"]

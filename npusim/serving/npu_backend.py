@@ -255,3 +255,23 @@ def kv_transfer_graph(source: Replica, target: Replica, tokens: int, kv_bytes_pe
                 graph.transfer(f"core{core}.sram", f"core{to}.sram", share, (),
                                f"kv L{layer} core{core}->core{to}")
     return graph
+
+
+def kv_swap_graph(replica: Replica, tokens: int, kv_bytes_per_token_layer: int, host: str,
+                  out: bool) -> TaskGraph:
+    """KV of ``tokens`` tokens between the replica's stage cores and host memory (swap
+    preemption): each core moves its 1/tp slice of its stage's layers, ``out`` to the
+    host, else back.  The KV is read from (written to) the core's HBM, where the
+    per-request ring buffer keeps it, or its SRAM on a chip without HBM."""
+    graph = TaskGraph(name="kv_swap_out" if out else "kv_swap_in")
+    level = "hbm" if replica.builder.has_hbm else "sram"
+    for group, plan in zip(replica.groups, replica.plans):
+        size = tokens * kv_bytes_per_token_layer * len(plan.layers)
+        share = -(-size // len(group.cores))
+        for core in group.cores:
+            memory = f"core{core}.{level}"
+            src, dst = (memory, host) if out else (host, memory)
+            graph.transfer(src, dst, share, (), f"kv swap {'out' if out else 'in'} core{core}",
+                           chunk_bytes=replica.builder.config.stream_chunk_bytes)
+    return graph
+

@@ -24,6 +24,8 @@ class RequestState:
     finish_ps: int | None = None
     ready_ps: int = 0                  # earliest time it may be scheduled (KV arrival)
     preempted: int = 0
+    swapped_out: int = 0               # preemptions that moved its KV to host memory
+    swapped: bool = False              # its KV is in host memory now (swap preemption)
     recompute_tokens: int = 0          # generated tokens whose KV a preemption dropped
     rejected: str = ""
 

@@ -59,6 +59,30 @@ def test_incremental_kv_preempts_and_recomputes_when_full():
     assert result.requests["preempted"].sum() == m["preemptions"]
 
 
+HOST = "hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200, channels: 4}}"
+TIGHT_KV = ["workload.kv_reservation=incremental", "workload.kv_sram_fraction=0",
+            "hw.hbm.rows=4096", "workload.kv_dtype_bytes=8", "workload.trace.limit=16",
+            "workload.trace.rate_scale=4", "workload.trace.file=traces/ratio_1_10_32.csv", HOST]
+
+
+def test_swap_preemption_moves_kv_to_the_host_and_back_instead_of_recomputing():
+    recompute = serve(FUSION, *TIGHT_KV, "workload.preemption=recompute")
+    swap = serve(FUSION, *TIGHT_KV, "workload.preemption=swap")
+    m = swap.metrics
+    assert m["requests_finished"] == 16
+    assert m["swap_outs"] == m["preemptions"] > 0
+    assert swap.requests["swapped_out"].sum() == m["swap_outs"]
+    labels = swap.segments["label"]
+    assert labels.str.startswith("swap-out").sum() == m["swap_outs"]
+    assert labels.str.startswith("swap-in").sum() == m["swap_outs"]  # every one came back
+    # The KV crossed the host link both ways and was written to host memory once.
+    link, host = swap.unit_stats["host.link"], swap.unit_stats["host.dram"]
+    assert link["bytes_read"] == 2 * host["bytes_written"] > 0
+    # Nothing is prefilled twice: less compute than dropping and recomputing the KV.
+    flops = lambda r: sum(u.get("flops", 0) for u in r.unit_stats.values())  # noqa: E731
+    assert recompute.metrics["preemptions"] > 0 and flops(swap) < flops(recompute)
+
+
 def test_disaggregation_moves_kv_over_the_noc_and_decodes_on_other_cores():
     result = serve(DISAGG)
     assert result.metrics["requests_finished"] == 8
@@ -154,7 +178,9 @@ def test_decode_core_variant_needs_disaggregation():
 @pytest.mark.parametrize("override, message", [
     ("workload.pd.prefill_cores=60", "prefill_cores + decode_cores = 81 exceeds the chip's 64 cores"),
     ("workload.scheduler=fifo_magic", "unknown scheduler 'fifo_magic'"),
-    ("workload.preemption=swap", "preemption 'swap' needs a memory tier"),
+    ("workload.preemption=swap", "'swap' moves a preempted request's KV to host memory"),
+    ("hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200}, "
+     "port_core: 64}", "host.port_core = 64 is not a core of this 64-core chip"),
     ("workload.pd.decode_core={hbm_channels: 3}", "must be a power of two"),
 ])
 def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, tmp_path):

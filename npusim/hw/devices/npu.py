@@ -5,6 +5,12 @@ Unit names: ``core{i}.sa`` (systolic array), ``core{i}.vec`` (vector unit),
 ``core{i}.sram``, ``core{i}.hbm``; the network is ``noc``.  Core ``i`` sits at
 ``x = i % width``, ``y = i // width`` on the mesh.  A transfer endpoint is a memory
 level (``core3.hbm``, ``core3.sram``; ``core3`` alone means its SRAM).
+
+Optionally (``host:``) the chip has a host behind a link (PCIe) attached to the router
+of one core, the *host port*: parts ``host.link`` and ``host.dram``, endpoint
+``core{port}.host`` (named after the port core, so that a transfer to the host is
+never mistaken for a shifted copy of itself).  The serving engine swaps preempted
+requests' KV there.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from npusim.hw.base import AccessPattern
 from npusim.hw.compute.systolic import SystolicArray, SystolicConfig
 from npusim.hw.compute.vector import VectorConfig, VectorUnit
 from npusim.hw.devices.base import Device, Stage, TransferPlan, _mix
+from npusim.hw.interconnect.link import Link, LinkConfig
 from npusim.hw.interconnect.noc import MeshNoc, NocConfig
 from npusim.hw.memory.dram import DramChannel, DramConfig
 from npusim.hw.memory.sram import Sram, SramConfig
@@ -51,6 +58,19 @@ class NpuCoreConfig(BaseModel):
     dma: DmaConfig = Field(default_factory=DmaConfig, description="The core's DMA engine.")
 
 
+class HostConfig(BaseModel):
+    """The host behind the chip: its memory and the link to it (KV swap target)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    link: LinkConfig = Field(description="Chip-to-host link, e.g. {preset: links/pcie4_x16}. "
+                                         "Its PHY is not in the chip's area model.")
+    memory: DramConfig = Field(description="Host memory, e.g. {preset: memory/ddr4_3200, "
+                                           "channels: 4} (the preset is one 25.6 GB/s channel).")
+    port_core: int = Field(0, ge=0, description="Core whose router the host link attaches "
+                                                "to (assumption: core 0, a mesh corner).")
+
+
 class NpuConfig(PartConfig):
     """A multi-core NPU with a 2D-mesh NoC and per-core HBM."""
 
@@ -61,6 +81,9 @@ class NpuConfig(PartConfig):
         None, description="Each core's local HBM (channels attached to that core); "
                           "omit for an SRAM-only chip.")
     noc: NocConfig = Field(description="The on-chip network; width x height = number of cores.")
+    host: HostConfig | None = Field(
+        None, description="Optional host memory behind a link (for KV swap); omit for a "
+                          "chip whose KV never leaves it.")
 
     @model_validator(mode="after")
     def _check(self) -> "NpuConfig":
@@ -69,6 +92,9 @@ class NpuConfig(PartConfig):
                 f"core.dma.burst_group_bytes ({self.core.dma.burst_group_bytes} B) exceeds "
                 f"core.sram.capacity_bytes ({self.core.sram.capacity_bytes} B); "
                 "a DMA burst group must fit in the scratchpad")
+        if self.host is not None and self.host.port_core >= self.num_cores:
+            raise ValueError(f"host.port_core = {self.host.port_core} is not a core of this "
+                             f"{self.num_cores}-core chip (expected 0..{self.num_cores - 1})")
         return self
 
     @property
@@ -76,7 +102,7 @@ class NpuConfig(PartConfig):
         return self.noc.width * self.noc.height
 
 
-_ENDPOINT = re.compile(r"core(\d+)(?:\.(hbm|sram))?")
+_ENDPOINT = re.compile(r"core(\d+)(?:\.(hbm|sram|host))?")
 
 
 @register("device", NpuConfig)
@@ -94,6 +120,12 @@ class NpuDevice(Device):
             self.add_part(f"core{core}.sram", Sram(f"core{core}.sram", config.core.sram))
             if config.hbm is not None:
                 self.add_part(f"core{core}.hbm", DramChannel(f"core{core}.hbm", config.hbm))
+        #: Endpoint of host memory (``None`` without ``host:``).
+        self.host_memory: str | None = None
+        if config.host is not None:
+            self.host_link = self.add_part("host.link", Link("host.link", config.host.link))
+            self.add_part("host.dram", DramChannel("host.dram", config.host.memory))
+            self.host_memory = f"core{config.host.port_core}.host"
 
     def endpoint(self, name: str) -> tuple[int, str]:
         """``(core index, level)`` for a transfer endpoint such as ``core3.hbm``."""
@@ -107,6 +139,10 @@ class NpuDevice(Device):
                                f"(this device has cores 0..{self.num_cores - 1})")
         if level == "hbm" and self.config.hbm is None:
             raise MappingError(f"endpoint {name!r}: this device has no HBM")
+        if level == "host" and name != self.host_memory:
+            raise MappingError(f"endpoint {name!r}: " + (
+                f"host memory is reached as {self.host_memory!r}" if self.host_memory
+                else "this device has no host (hw.host)"))
         return core, level
 
     def canonical_cores(self, cores: set[int]) -> dict[int, int] | None:
@@ -127,6 +163,9 @@ class NpuDevice(Device):
             shift = min(cores)
         return {core: core - shift for core in cores}
 
+    def _memory(self, core: int, level: str):
+        return self.parts["host.dram" if level == "host" else f"core{core}.{level}"]
+
     def reduce_unit(self, endpoint: str) -> str | None:
         core, _ = self.endpoint(endpoint)
         return f"core{core}.vec"
@@ -134,10 +173,14 @@ class NpuDevice(Device):
     def plan_transfer(self, task: TransferTask, seed: int = 0) -> TransferPlan:
         src_core, src_level = self.endpoint(task.src)
         dst_core, dst_level = self.endpoint(task.dst)
-        stages = [Stage(self.parts[f"core{src_core}.{src_level}"], "read")]
+        stages = [Stage(self._memory(src_core, src_level), "read")]
+        if src_level == "host":  # into the chip at the host port first
+            stages.append(Stage(self.host_link, "net", "host", src_core))
         if src_core != dst_core:
             stages.append(Stage(self.noc, "net", src_core, dst_core))
-        stages.append(Stage(self.parts[f"core{dst_core}.{dst_level}"], "write"))
+        if dst_level == "host":
+            stages.append(Stage(self.host_link, "net", dst_core, "host"))
+        stages.append(Stage(self._memory(dst_core, dst_level), "write"))
         dma = self.config.core.dma
         chunk = task.chunk_bytes or dma.burst_group_bytes
         pattern = AccessPattern(task.pattern, chunk)
