@@ -17,7 +17,8 @@ from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.state import Entry
-from npusim.strategies.npu.llm_mapping import StageBuilder, hand_off, plan_key, split_layers
+from npusim.strategies.npu.llm_mapping import split_layers
+from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group

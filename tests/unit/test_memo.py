@@ -71,7 +71,7 @@ def handoff_then_gemm(device, senders: tuple[int, ...], cores: tuple[int, ...]) 
 
 def test_a_stage_fed_from_another_direction_at_the_same_distance_shares_one_timing(device):
     from npusim.executor.analytic import run_analytic
-    from npusim.strategies.npu.llm_mapping import hand_off
+    from npusim.strategies.npu.stage_builder import hand_off
     from npusim.strategies.npu.placement import Group
 
     memo = SegmentMemo(canonical=device.canonical_cores)

@@ -1,0 +1,384 @@
+"""Task graphs of one pipeline stage and of the LM head (NpuSim §4.1-4.2), and the keys
+that tell two stages' graphs apart for the memo.
+
+Used by the single-request mapper (:mod:`llm_mapping`) and the serving backend: a stage
+receives the activation from the previous stage, runs its layers (GEMMs through the
+partition strategy, vector ops split over the group, attention with heads split over
+the group) and streams weights and spilled KV from HBM where its memory plan says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from npusim.core.errors import MappingError
+from npusim.mapping.taskgraph import Op, TaskGraph
+from npusim.strategies.npu.llm_memory import StagePlan
+from npusim.strategies.npu.moe_mapping import MoeRouting, expert_placement
+from npusim.strategies.npu.partition import GemmSpec
+from npusim.strategies.npu.placement import Group
+from npusim.workload.layer_ops import LayerOp, SequenceChunk, layer_ops, lm_head_ops
+
+#: Inputs of each layer operator by name; an operator not listed depends on the one
+#: before it.  Per-sequence ops (``attn_qk[s3]``) look up their own sequence first.
+INPUTS: dict[str, tuple[str, ...]] = {
+    "q_proj": ("input_norm",), "k_proj": ("input_norm",), "v_proj": ("input_norm",),
+    "q_norm": ("q_proj",), "k_norm": ("k_proj",),
+    "rope": ("q_norm", "k_norm"),
+    "kv_write": ("rope", "v_proj"), "attn_qk": ("rope",),
+    "attn_softmax": ("attn_qk",), "attn_av": ("attn_softmax", "v_proj"),
+    "o_proj": ("attn_av",), "attn_residual": ("o_proj",),
+    "post_attention_norm": ("attn_residual",),
+    "gate_proj": ("post_attention_norm",), "up_proj": ("post_attention_norm",),
+    "act_mul": ("gate_proj", "up_proj"), "down_proj": ("act_mul",),
+    "mlp_residual": ("down_proj",),
+}
+#: Fallbacks for models without an optional op (no QK-norm: RoPE reads the projections).
+FALLBACK = {"q_norm": "q_proj", "k_norm": "k_proj"}
+
+Ready = dict[int, list[int]]  # core -> task ids after which its data is ready
+
+
+def hand_off(device, previous: Group | None, group: Group) -> tuple[int, tuple[int, ...]]:
+    """``(lead cores, hop distances)`` of the activation hand-off into a stage: the
+    previous stage's cores come first in the segment's cores, and the memo keys the
+    stage by how far each activation travels instead of by where the sender sits.
+
+    Stages fed from different directions at the same distances then share one timing.
+    Measured on the 100-request Azure replay (Qwen3-4B, 64 cores): of 231 stage shapes
+    timed from several directions, 215 took exactly the same time and the others
+    differed by at most 0.006% (which activations share a mesh link differs).
+    """
+    if previous is None:
+        return 0, ()
+    noc = device.parts["noc"]
+    return len(previous.cores), tuple(noc.hops(f"core{src}", f"core{dst}")
+                                      for src, dst in zip(previous.cores, group.cores))
+
+
+def plan_key(model, plan: StagePlan) -> tuple:
+    """What makes two stages' graphs identical up to where their cores sit: layer
+    kinds, which weights are SRAM-resident (by position in the stage) and the KV split."""
+    first = plan.layers.start
+    return (tuple(model.layer_kind(layer) for layer in plan.layers),
+            tuple(sorted((layer - first, name) for layer, name in plan.sram_weights)),
+            plan.kv_sram_tokens)
+
+
+class StageBuilder:
+    """Builds the task graphs of stages and of the LM head."""
+
+    def __init__(self, device, model, config, strategy, width: int, kv_dtype: int,
+                 merge_decode: bool = False, key_ids: dict | None = None):
+        self.device, self.model, self.config = device, model, config
+        self.strategy, self.width, self.kv_dtype = strategy, width, kv_dtype
+        self.has_hbm = device.config.hbm is not None
+        # Serving batches hold many decode sequences of different lengths: merging their
+        # attention into one op per kind (keys summed) keeps FLOPs and KV bytes exact
+        # and makes batches with the same totals share one simulated segment.
+        self.merge_decode = merge_decode
+        self._spill: dict[int, tuple[float, float]] = {}
+        self._parts_cache: dict[tuple, list] = {}
+        # Part signatures are interned to small ints (memo keys are hashed on every lookup).
+        self.key_ids = {} if key_ids is None else key_ids
+        # MoE: routing per (layer, run tokens) and the expert placement; token_start is
+        # the first run token of the iteration being built (0 outside map_llm).
+        self.moe_routing = MoeRouting(model, config) if model.is_moe else None
+        self.moe_placement = expert_placement(config) if model.is_moe else None
+        self.token_start = 0
+
+    # -- stages ----------------------------------------------------------------------
+    def stage(self, group: Group, previous: Group | None, plan: StagePlan,
+              chunks: tuple[SequenceChunk, ...], name: str, token_start: int = 0) -> TaskGraph:
+        graph = TaskGraph(name=name)
+        self.chunks = chunks
+        self.token_start = token_start
+        ready = self._entry(graph, group, previous, chunks)
+        for layer in plan.layers:
+            ready = self._layer(graph, group, plan, chunks, layer, ready)
+        return graph
+
+    # -- stages cut at attention (serving) ----------------------------------------------
+    def stage_parts(self, plan: StagePlan, chunks: tuple[SequenceChunk, ...], first: bool,
+                    key: tuple | None = None) -> list[tuple[tuple, tuple]]:
+        """The stage as parts separated by barriers at every attention block:
+        ``[entry + dense][attention][dense][attention]...[dense]``.
+
+        Returns ``(key, part)`` pairs: the key identifies the part's graph up to where its
+        cores sit (dense parts depend only on the batch's token count and which weights
+        are resident; attention parts only on the attention shapes), so a serving run with
+        thousands of distinct batches times few distinct parts.  Build a part with
+        :meth:`build_part`.  The barrier costs the overlap of an attention block with the
+        next weight prefetch (measured in docs/serving.md).  ``key`` is the plan's
+        :func:`plan_key` if the caller has it.
+        """
+        cache_key = (first, key or plan_key(self.model, plan), len(plan.layers), chunks)
+        cached = self._parts_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        parts: list[list] = [[("entry", "embed" if first else "act")]]
+        attention = False
+        for layer in plan.layers:
+            ops = layer_ops(self.model, chunks, self.config.dtype_bytes, layer=layer,
+                            kv_dtype_bytes=self.kv_dtype)
+            self._spill = {}
+            if self.merge_decode:
+                ops = self._merged(ops, chunks, plan)
+            spill = dict(self._spill)
+            for op in ops:
+                is_attention = op.seq is not None
+                if is_attention != attention:
+                    parts.append([])
+                    attention = is_attention
+                parts[-1].append((layer, op, spill))
+        out = []
+        for part in parts:
+            signature = []
+            for item in part:
+                if item[0] == "entry":
+                    signature.append(item)
+                    continue
+                layer, op, spill = item
+                resident = (layer, op.name) in plan.sram_weights
+                chunk = chunks[op.seq or 0]
+                fractions = (spill.get(op.seq) if op.seq in spill else
+                             (plan.kv_read_hbm_fraction(chunk.context_len),
+                              plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens))
+                             if op.seq is not None else None)
+                if op.role == "moe_experts":  # which experts are resident shapes the graph
+                    resident = tuple(sorted(n for l, n in plan.sram_weights if l == layer
+                                            and n.startswith("expert_")))
+                signature.append((op.name, op.role, op.op.signature(), op.kv_read_bytes,
+                                  op.kv_write_bytes,
+                                  resident if op.role in ("linear", "router", "moe_experts")
+                                  else None,
+                                  fractions))
+            attention = any(item[0] != "entry" and item[1].seq is not None for item in part)
+            signature_id = self.key_ids.setdefault(tuple(signature), len(self.key_ids))
+            out.append((("part", attention, signature_id), (tuple(part), chunks)))
+        self._parts_cache[cache_key] = out
+        return out
+
+    def build_part(self, group: Group, previous: Group | None, plan: StagePlan, part: tuple,
+                   name: str) -> TaskGraph:
+        """The task graph of one part from :meth:`stage_parts` on ``group``."""
+        items, chunks = part
+        graph = TaskGraph(name=name)
+        self.chunks = chunks
+        ready: Ready = {core: [] for core in group.cores}
+        produced: dict[str, Ready] = {}
+        for item in items:
+            if item[0] == "entry":
+                ready = self._entry(graph, group, previous, chunks)
+                continue
+            layer, op, spill = item
+            self._spill = spill
+            ready = self._emit(graph, group, plan, layer, op, produced, ready)
+        return graph
+
+    def _emit(self, graph: TaskGraph, group: Group, plan: StagePlan, layer: int, op: LayerOp,
+              produced: dict[str, Ready], ready: Ready) -> Ready:
+        """Add ``op`` after its inputs (``produced`` so far, else ``ready``) and record
+        its outputs; returns what the next operator waits for."""
+        deps = self._deps(op, produced, ready) if produced else ready
+        out = self._op(graph, group, plan, op, layer, deps)
+        produced.setdefault(op.name, {core: [] for core in group.cores})
+        for core, ids in out.items():
+            produced[op.name][core].extend(ids)
+        if op.seq is not None:
+            produced[op.label] = out
+        return out
+
+    def _entry(self, graph: TaskGraph, group: Group, previous: Group | None,
+               chunks: tuple[SequenceChunk, ...]) -> Ready:
+        dtype, hidden, tp = self.config.dtype_bytes, self.model.hidden_size, len(group.cores)
+        tokens = sum(c.new_tokens for c in chunks)
+        slice_bytes = -(-tokens * hidden * dtype // tp)
+        ready: Ready = {}
+        if previous is None:
+            # Embedding rows of this iteration's tokens, gathered from the table in HBM.
+            for core in group.cores:
+                src = f"core{core}.hbm" if self.has_hbm else f"core{core}.sram"
+                ready[core] = [graph.transfer(src, f"core{core}.sram", slice_bytes, (),
+                                              f"embed_tokens @core{core}",
+                                              chunk_bytes=self.config.stream_chunk_bytes)]
+        else:
+            for src, dst in zip(previous.cores, group.cores):
+                ready[dst] = [graph.transfer(f"core{src}.sram", f"core{dst}.sram", slice_bytes,
+                                             (), f"activation core{src}->core{dst}")]
+        return ready
+
+    def _layer(self, graph: TaskGraph, group: Group, plan: StagePlan,
+               chunks: tuple[SequenceChunk, ...], layer: int, ready: Ready) -> Ready:
+        ops = layer_ops(self.model, chunks, self.config.dtype_bytes, layer=layer,
+                        kv_dtype_bytes=self.kv_dtype)
+        if self.merge_decode:
+            ops = self._merged(ops, chunks, plan)
+        produced: dict[str, Ready] = {}
+        for op in ops:
+            ready = self._emit(graph, group, plan, layer, op, produced, ready)
+        return ready
+
+    def _merged(self, ops: list[LayerOp], chunks: tuple[SequenceChunk, ...],
+                plan: StagePlan) -> list[LayerOp]:
+        """``ops`` with the per-sequence attention of all decode sequences merged into one
+        op per kind: keys (QK^T columns, AV rows), softmax elements and KV bytes summed."""
+        decode = [i for i, c in enumerate(chunks) if c.new_tokens == 1]
+        if len(decode) < 2:
+            return ops
+        first = decode[0]
+        members = set(decode)
+        groups: dict[str, list[LayerOp]] = {}
+        out: list[LayerOp] = []
+        for op in ops:
+            if op.seq is None or op.seq not in members:
+                out.append(op)
+            elif op.name in groups:
+                groups[op.name].append(op)
+            else:
+                groups[op.name] = [op]
+                out.append(op)  # placeholder, replaced below
+        # One replace per op kind (sums over the whole group): a large decode batch
+        # would otherwise copy the op once per sequence.
+        merged: dict[str, LayerOp] = {}
+        for name, group in groups.items():
+            base, rest = group[0], group[1:]
+            if rest:
+                inner = base.op
+                if name == "attn_qk":
+                    inner = replace(inner, n=inner.n + sum(op.op.n for op in rest))
+                elif name == "attn_av":
+                    inner = replace(inner, k=inner.k + sum(op.op.k for op in rest))
+                else:
+                    inner = replace(inner, elements=inner.elements
+                                    + sum(op.op.elements for op in rest))
+                base = replace(base, op=inner,
+                               kv_read_bytes=sum(op.kv_read_bytes for op in group),
+                               kv_write_bytes=sum(op.kv_write_bytes for op in group))
+            merged[name] = base
+        reads = sum(c.context_len for i, c in enumerate(chunks) if i in members)
+        spilled_reads = sum(c.context_len * plan.kv_read_hbm_fraction(c.context_len)
+                            for i, c in enumerate(chunks) if i in members)
+        writes = sum(plan.kv_write_hbm_fraction(c.context_len, 1)
+                     for i, c in enumerate(chunks) if i in members)
+        self._spill[first] = (spilled_reads / reads if reads else 0.0, writes / len(members))
+        return [merged[op.name] if op.seq == first and op.name in merged else op
+                for op in out]
+
+    def _deps(self, op: LayerOp, produced: dict[str, Ready], previous: Ready) -> Ready:
+        names = INPUTS.get(op.name)
+        if names is None:
+            return previous
+        deps: Ready = {core: [] for core in previous}
+        found = False
+        for name in names:
+            if name not in produced and name in FALLBACK:
+                name = FALLBACK[name]
+            source = produced.get(f"{name}[s{op.seq}]") if op.seq is not None else None
+            source = source or produced.get(name)
+            if source is None:
+                continue
+            found = True
+            for core, ids in source.items():
+                deps[core].extend(ids)
+        # None of its listed inputs exists (mlp_residual of a MoE layer has no
+        # down_proj): it depends on the op before it.
+        return deps if found else previous
+
+    def _op(self, graph: TaskGraph, group: Group, plan: StagePlan, op: LayerOp, layer: int,
+            deps: Ready) -> Ready:
+        tag = f"L{layer}.{op.label}"
+        tp = len(group.cores)
+        role = op.role
+        if role == "router":  # the gate GEMM is a linear layer; softmax and top-k are vector ops
+            role = "linear" if op.op.kind == "gemm" else "vector"
+        if role == "moe_experts":
+            assignment = self.moe_routing.assign(layer, self.token_start, op.moe.tokens)
+            return self.moe_placement.lower(self, graph, group, plan, op, layer, deps, assignment)
+        if role == "linear":
+            spec = GemmSpec(tag, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
+                            "sram" if (layer, op.name) in plan.sram_weights or not self.has_hbm
+                            else "hbm", self.config.weight_tile_bytes,
+                            self.config.stream_chunk_bytes)
+            return self.strategy.lower(graph, spec, group, deps, self.width)
+        if role == "attention":
+            return self._attention(graph, group, plan, op, tag, deps)
+        if role == "kv_write":
+            return self._kv_write(graph, group, plan, op, tag, deps)
+        if role == "vector":
+            share = Op(op.op.kind, elements=-(-op.op.elements // tp),
+                       flops_per_element=op.op.flops_per_element, dtype_bytes=op.op.dtype_bytes,
+                       name=op.name)
+            return {core: [graph.compute(f"core{core}.vec", share, deps[core], f"{tag}@core{core}")]
+                    for core in group.cores}
+        raise MappingError(f"operator {op.name!r} (role {op.role!r}) of {self.model.name} is "
+                           "not supported by the NPU mapping")
+
+    def _attention(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
+        tp = len(group.cores)
+        share = Op("gemm", m=op.op.m, k=op.op.k, n=op.op.n, batch=-(-op.op.batch // tp),
+                   dtype_bytes=op.op.dtype_bytes, name=op.name)
+        chunk = self.chunks[op.seq or 0]
+        spilled = (self._spill[op.seq][0] if op.seq in self._spill
+                   else plan.kv_read_hbm_fraction(chunk.context_len))
+        out: Ready = {}
+        for core in group.cores:
+            waits = list(deps[core])
+            hbm_bytes = int(op.kv_read_bytes * spilled) // tp
+            if hbm_bytes and self.has_hbm:
+                waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram", hbm_bytes,
+                                            (), f"{tag}.kv_load@core{core}",
+                                            chunk_bytes=self.config.stream_chunk_bytes))
+            out[core] = [graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")]
+        return out
+
+    def _kv_write(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
+        tp = len(group.cores)
+        chunk = self.chunks[op.seq or 0]
+        spilled = (self._spill[op.seq][1] if op.seq in self._spill
+                   else plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens))
+        out: Ready = {}
+        for core in group.cores:
+            hbm_bytes = int(op.kv_write_bytes * spilled) // tp
+            if hbm_bytes and self.has_hbm:
+                out[core] = [graph.transfer(f"core{core}.sram", f"core{core}.hbm", hbm_bytes,
+                                            deps[core], f"{tag}.spill@core{core}",
+                                            chunk_bytes=self.config.stream_chunk_bytes)]
+            else:
+                copy = Op("elementwise", elements=-(-op.op.elements // tp),
+                          flops_per_element=op.op.flops_per_element,
+                          dtype_bytes=op.op.dtype_bytes, name=op.name)
+                out[core] = [graph.compute(f"core{core}.vec", copy, deps[core], f"{tag}@core{core}")]
+        return out
+
+    # -- LM head -----------------------------------------------------------------------
+    def lm_head(self, last: Group, cores: Group, plan: StagePlan,
+                chunks: tuple[SequenceChunk, ...]) -> TaskGraph:
+        graph = TaskGraph(name="lm_head")
+        dtype, hidden = self.config.dtype_bytes, self.model.hidden_size
+        rows = sum(1 for c in chunks if c.sample)
+        root = last.cores[0]
+        start = graph.collective("broadcast", [f"core{root}"] + [f"core{c}" for c in cores.cores
+                                                                  if c != root],
+                                 rows * hidden * dtype, (), "broadcast sampled rows")
+        ops = lm_head_ops(self.model, [SequenceChunk(1, c.context_len, c.sample)
+                                       for c in chunks], dtype)
+        count = len(cores.cores)
+        for core in cores.cores:
+            norm, head = ops[0], ops[-1]
+            task = graph.compute(f"core{core}.vec",
+                                 Op("elementwise", elements=-(-rows * hidden // count) or 1,
+                                    flops_per_element=norm.op.flops_per_element,
+                                    dtype_bytes=dtype, name="final_norm"),
+                                 [start], f"final_norm@core{core}")
+            columns = -(-head.op.n // count)
+            waits = [task]
+            if not plan.lm_head_in_sram and self.has_hbm:
+                waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram",
+                                            hidden * columns * dtype, (),
+                                            f"lm_head.weights@core{core}",
+                                            chunk_bytes=self.config.stream_chunk_bytes))
+            graph.compute(f"core{core}.sa", Op("gemm", m=rows, k=hidden, n=columns,
+                                               dtype_bytes=dtype, name="lm_head"),
+                          waits, f"lm_head@core{core}")
+        return graph
