@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from npusim.hw.memory.dram_controller import ChannelRequest
+    from npusim.hw.memory.dram_state import ChannelRequest
 
 
 class CommitMemo:

@@ -30,79 +30,30 @@ rank are issued in commit order; the data bus is used in commit order (no back-f
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from heapq import heappush
+from typing import Any
 
 import simpy
 from simpy.events import NORMAL
 
 from npusim.hw.base import UnitStats
 from npusim.hw.memory.dram_commit_memo import CommitMemo
-from npusim.hw.memory.dram_mapping import BatchRun, Segment
-from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming
+from npusim.hw.memory.dram_mapping import Segment
+from npusim.hw.memory.dram_state import (_INF, _NEVER, BankState, ChannelRequest, DelayedEvent,
+                                         DramCommand, _RankState)
+from npusim.hw.memory.dram_timing import DramTiming
 
-_NEVER = -(1 << 62)  # "long ago": no constraint from a command that never happened
-_INF = 1 << 62
+__all__ = ["ChannelController", "ChannelRequest", "DelayedEvent", "DramCommand", "BankState"]
 
-
-class DramCommand(NamedTuple):
-    """One DRAM command, as recorded in :attr:`DramChannel.command_log` (for tests/debug)."""
-
-    time_ps: int
-    command: str  # ACT, PRE, RD, WR (one entry per segment: its first column), REF
-    channel: int
-    rank: int
-    bank_group: int
-    bank: int
-    row: int
-    bursts: int = 0
+_new_event = object.__new__
 
 
-class DelayedEvent(simpy.Event):
-    """An event that succeeds at a known future time without a helper process."""
+class _Wake:
+    """A controller wake-up (what the event loops read of a triggered Event)."""
 
-    def succeed_in(self, delay: int, value: Any = None) -> None:
-        # Same fields simpy.Timeout sets; lets one pre-made event be fired later.
-        self._ok = True
-        self._value = value
-        self.env.schedule(self, NORMAL, delay)
-
-
-@dataclass(slots=True)
-class BankState:
-    """Open row and earliest legal command times of one bank."""
-
-    open_row: int = -1
-    act_ok: int = 0  # next ACT (tRC after ACT, tRP after PRE, end of refresh)
-    pre_ok: int = 0  # next PRE (tRAS after ACT, tRTP / write recovery after columns)
-    col_ok: int = 0  # next column command (tRCD after ACT)
-
-
-@dataclass(slots=True)
-class ChannelRequest:
-    """One channel's share of a transaction, as it waits in that channel's queue."""
-
-    runs: tuple[BatchRun, ...]
-    plans: tuple[ColumnPlan, ...]  # column phase of one batch of each run
-    bursts: int
-    is_write: bool
-    seq: int
-    on_accept: Callable[[int], None]
-    on_commit: Callable[[int, int], None]
-    entries: int = 1
-    bypassed: int = 0
-    fast: tuple[int, int, int, int] | None = None  # single segment: (bank, row, rank, group)
-    row_base: int = 0  # added to every row of ``runs`` (requests share templates, see DramChannel)
-    shape: Any = None  # hashable id of (runs, plans) up to ``row_base``; None: not memoised
-
-
-@dataclass(slots=True)
-class _RankState:
-    last_act: int = _NEVER
-    faw: deque = field(default_factory=lambda: deque(maxlen=4))
-    col_ok: int = 0  # tCCD_S after the rank's last column command
-    wtr_ok: int = 0  # reads wait tWTR after the rank's last write data
-    refresh_due: int = _INF
+    __slots__ = ("callbacks",)
+    _ok = True
+    _value = None
 
 
 class ChannelController(CommitMemo):
@@ -138,7 +89,8 @@ class ChannelController(CommitMemo):
         self.blocked: deque[ChannelRequest] = deque()
         self.command_log: list[DramCommand] | None = None
         self.env: simpy.Environment | None = None
-        self._idle: simpy.Event | None = None
+        self._idle = True  # no request queued: the next admitted one wakes the loop
+        self._on_wake = self._wake  # bound once: one wake event per controller decision round
         #: Memo of commit decisions (see :meth:`_commit`), shared by every controller of
         #: an equal config; None disables it.
         self.decisions: dict[tuple, Any] | None = None
@@ -154,7 +106,7 @@ class ChannelController(CommitMemo):
     # -- queue and process -------------------------------------------------------------
     def bind(self, env: simpy.Environment) -> None:
         self.env = env
-        env.process(self._run())
+        self._idle = True
 
     def offer(self, req: ChannelRequest) -> None:
         """BEGIN_REQ: enqueue ``req`` now, or hold it until entries free (backpressure)."""
@@ -164,8 +116,9 @@ class ChannelController(CommitMemo):
             req.fast = (self.flat_bank(seg), seg.row + req.row_base, seg.rank, seg.rank * self.bank_groups + seg.bank_group)
         if not self.blocked and self.occupied + req.entries <= self.queue_depth:
             self._admit(req, self.env.now)
-            if self._idle is not None and not self._idle.triggered:
-                self._idle.succeed()
+            if self._idle:
+                self._idle = False
+                self._wake_in(0)
         else:
             self.blocked.append(req)
 
@@ -174,19 +127,30 @@ class ChannelController(CommitMemo):
         self.occupied += req.entries
         req.on_accept(now)
 
-    def _run(self):
+    def _wake_in(self, delay: int) -> None:
+        """Run :meth:`_wake` ``delay`` ps from now: what ``env.timeout(delay)`` (or an
+        idle event's ``succeed()``, for 0) schedules, as a small slotted event pushed on
+        the queue directly (same priority, same place in the queue)."""
         env = self.env
+        wake = _new_event(_Wake)
+        wake.callbacks = [self._on_wake]
+        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), wake))  # type: ignore[union-attr]
+
+    def _wake(self, _event: Any) -> None:
+        """The controller's loop, driven by callbacks rather than a SimPy process (the
+        same events in the same order as the process it replaces): decide while the
+        bus is booked less than ``commit_lead`` ahead, else wake again when it is; idle
+        once the queue is empty, until :meth:`offer` admits a request."""
+        now = self.env._now  # type: ignore[union-attr]
         lead = self.t.commit_lead
-        while True:
-            if not self.queue:
-                self._idle = env.event()
-                yield self._idle
-                self._idle = None
-                continue
-            wait = self.horizon - lead - env.now
+        queue = self.queue
+        while queue:
+            wait = self.horizon - lead - now
             if wait > 0:
-                yield env.timeout(wait)
-            self._decide(env.now)
+                self._wake_in(wait)
+                return
+            self._decide(now)
+        self._idle = True
 
     def _decide(self, now: int) -> None:
         self._refresh_until(now)
