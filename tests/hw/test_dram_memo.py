@@ -74,3 +74,68 @@ def test_memo_changes_nothing(preset: str) -> None:
     reference = _run(preset, memo=False, log=False)
     assert _run(preset, memo=True, log=False) == reference
     assert _run(preset, memo=True, log=True) == reference
+
+
+def _flat(key: tuple) -> tuple:
+    out: list = []
+    for value in key:
+        out.extend(value) if isinstance(value, tuple) else out.append(value)
+    return tuple(out)
+
+
+def _state(controller) -> tuple:
+    return ([(b.open_row, b.act_ok, b.pre_ok, b.col_ok) for b in controller.banks],
+            list(controller.bg_last_act), list(controller.bg_col_ok),
+            [(s.last_act, tuple(s.faw), s.col_ok, s.wtr_ok) for s in controller.ranks],
+            controller.bus_free, controller.bus_rank, controller.bus_write, controller.horizon,
+            dict(controller.stats.extra))
+
+
+@pytest.mark.parametrize("preset", ["hbm2e", "ddr4_3200", "lpddr5"])
+def test_compiled_key_and_replay_match_the_reference(preset: str, monkeypatch) -> None:
+    """The generated state-key builder gives ``_state_key`` flattened, and a compiled
+    record changes the controller exactly as ``_replay`` of that record does."""
+    import copy
+
+    from npusim.hw.memory import dram_commit_memo
+    from npusim.hw.memory.dram_controller import ChannelController
+
+    checked = {"keys": 0, "replays": 0}
+    original = ChannelController._commit
+
+    def commit(self, req, now):
+        if self.decisions is not None and req.shape is not None and self.command_log is None:
+            build = dram_commit_memo.key_builder(len(self.banks), len(self.bg_last_act), len(self.ranks))
+            key = build(self, req, now)
+            assert key == _flat(self._state_key(req, now))
+            checked["keys"] += 1
+            record = self.decisions.get(key)
+            if isinstance(record, list):
+                record = record[0]
+            if isinstance(record, tuple):
+                twin = copy.copy(self)
+                twin.banks = copy.deepcopy(self.banks)
+                twin.ranks = copy.deepcopy(self.ranks)
+                twin.bg_last_act, twin.bg_col_ok = list(self.bg_last_act), list(self.bg_col_ok)
+                twin.stats = copy.deepcopy(self.stats)
+                expected = twin._replay(record, req.row_base, now)
+                twin2 = copy.copy(twin)
+                twin2.banks = copy.deepcopy(self.banks)
+                twin2.ranks = copy.deepcopy(self.ranks)
+                twin2.bg_last_act, twin2.bg_col_ok = list(self.bg_last_act), list(self.bg_col_ok)
+                twin2.stats = copy.deepcopy(self.stats)
+                twin2.bus_free, twin2.bus_rank = self.bus_free, self.bus_rank
+                twin2.bus_write, twin2.horizon = self.bus_write, self.horizon
+                got = dram_commit_memo.compile_replay(record)(twin2, now, req.row_base)
+                assert got == expected and _state(twin2) == _state(twin)
+                checked["replays"] += 1
+        return original(self, req, now)
+
+    monkeypatch.setattr(ChannelController, "_commit", commit)
+    monkeypatch.setattr(dram_commit_memo, "COMPILE_AFTER", 3)  # compiled replays run too
+    _run(preset, memo=True, log=False)
+    assert checked["keys"] > 50 and checked["replays"] > 10
+    monkeypatch.undo()
+    reference = _run(preset, memo=False, log=False)
+    monkeypatch.setattr(dram_commit_memo, "COMPILE_AFTER", 1)
+    assert _run(preset, memo=True, log=False) == reference

@@ -8,10 +8,15 @@ the same few relative states, so a commit is recorded once and replayed.  Split 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from npusim.hw.memory.dram_state import ChannelRequest
+
+#: Replays of a record after which it is compiled (compiling costs ~40 plain replays).
+COMPILE_AFTER = 64
+#: Compiled state-key builders per (banks, bank groups, ranks) of a channel.
+_KEY_BUILDERS: dict[tuple[int, int, int], Callable] = {}
 
 
 class CommitMemo:
@@ -32,12 +37,25 @@ class CommitMemo:
         decisions = self.decisions
         if decisions is None or req.shape is None or self.command_log is not None:
             return self._commit_batches(req, now)
-        key = self._state_key(req, now)
+        build = self._key_builder
+        if build is None:
+            build = self._key_builder = key_builder(len(self.banks), len(self.bg_last_act),
+                                                    len(self.ranks))
+        key = build(self, req, now)
         record = decisions.get(key)
         if record is not None:
+            kind = type(record)
+            if kind is list:  # [record, replays]: compiled once replayed often enough
+                record[1] += 1
+                if record[1] >= COMPILE_AFTER:
+                    decisions[key] = compile_replay(record[0])
+                return self._replay(record[0], req.row_base, now)
+            if kind is tuple:  # first replay
+                decisions[key] = [record, 1]
+                return self._replay(record, req.row_base, now)
             if record is False:  # seen before, not replayable (see _record)
                 return self._commit_batches(req, now)
-            return self._replay(record, req.row_base, now)
+            return record(self, now, req.row_base)
         before = self._snapshot()
         extra = dict(self.stats.extra)
         result = self._commit_batches(req, now)
@@ -46,8 +64,11 @@ class CommitMemo:
         decisions[key] = self._record(before, extra, result, req.row_base, now)
         return result
 
+    _key_builder: Callable[[Any, ChannelRequest, int], tuple] | None = None
+
     def _state_key(self, req: ChannelRequest, now: int) -> tuple:
-        """Everything a commit of ``req`` at ``now`` reads, relative to ``now``."""
+        """Everything a commit of ``req`` at ``now`` reads, relative to ``now`` (the
+        reference for :func:`key_builder`, whose keys are this one flattened)."""
         past = self._past
         old = now - past
         never = -past  # any time at or before ``old``: equivalent for a commit
@@ -153,3 +174,88 @@ class CommitMemo:
         self.bus_free, self.bus_rank, self.bus_write = end + now, bus_rank, bus_write
         self.horizon = horizon + now
         return first + now, end + now
+
+
+# -- compiled fast paths ----------------------------------------------------------------
+# A tlm LLM run makes ~180 k commits, nearly all replays; building the ~90-value key
+# and applying a record with loops and branches per field was a fifth of the run.
+# Both are generated once as straight-line code (no branch on what a record changed,
+# no per-bank tuples) and compute exactly what ``_state_key`` (flattened) and
+# ``_replay`` do; ``tests/hw/test_dram_memo.py`` checks both against them.
+
+def key_builder(banks: int, groups: int, ranks: int) -> Callable[[Any, Any, int], tuple]:
+    """``state_key(controller, req, now)``: :meth:`CommitMemo._state_key` flattened into
+    one tuple (per bank its four values in line, per rank the FAW length then its
+    times), for a controller with this many banks, bank groups and ranks."""
+    found = _KEY_BUILDERS.get((banks, groups, ranks))
+    if found is not None:
+        return found
+    rel = "(v - now if (v := {}) > old else never)"
+    items = ["req.shape", "req.is_write", "self.bus_rank", "self.bus_write", rel.format("self.bus_free")]
+    for i in range(banks):
+        items += [f"(r - rb if (r := b{i}.open_row) >= 0 else None)",
+                  rel.format(f"b{i}.act_ok"), rel.format(f"b{i}.pre_ok"), rel.format(f"b{i}.col_ok")]
+    items += [rel.format(f"a{i}") for i in range(groups)]
+    items += [rel.format(f"c{i}") for i in range(groups)]
+    for i in range(ranks):
+        items += [rel.format(f"r{i}.last_act"), rel.format(f"r{i}.col_ok"),
+                  rel.format(f"r{i}.wtr_ok"), f"len(r{i}.faw)",
+                  f"*[v - now if v > old else never for v in r{i}.faw]"]
+    names = lambda prefix, n: "".join(f"{prefix}{i}, " for i in range(n))  # noqa: E731
+    source = "\n    ".join([
+        "def state_key(self, req, now):",
+        "past = self._past", "old = now - past", "never = -past", "rb = req.row_base",
+        f"{names('b', banks)}= self.banks", f"{names('a', groups)}= self.bg_last_act",
+        f"{names('c', groups)}= self.bg_col_ok", f"{names('r', ranks)}= self.ranks",
+        "return (" + ", ".join(items) + ",)"])
+    found = _KEY_BUILDERS[(banks, groups, ranks)] = _compile(source, "state_key")
+    return found
+
+
+def compile_replay(record: tuple) -> Callable[[Any, int, int], tuple[int, int]]:
+    """``replay(controller, now, row_base)``: :meth:`CommitMemo._replay` of ``record``
+    as straight-line code (only the fields the commit changed, in the same order)."""
+    banks, groups, ranks, stats, first, end, bus_rank, bus_write, horizon = record
+    lines = ["def replay(self, now, row_base):"]
+    if banks:
+        lines.append("banks = self.banks")
+    for i, row, act_ok, pre_ok, col_ok in banks:
+        lines.append(f"b = banks[{i}]")
+        if row is not None:
+            lines.append(f"b.open_row = {row} + row_base")
+        for name, value in (("act_ok", act_ok), ("pre_ok", pre_ok), ("col_ok", col_ok)):
+            if value is not None:
+                lines.append(f"b.{name} = {value} + now")
+    if groups:
+        lines.append("bg_last_act, bg_col_ok = self.bg_last_act, self.bg_col_ok")
+    for i, last_act, col_ok in groups:
+        if last_act is not None:
+            lines.append(f"bg_last_act[{i}] = {last_act} + now")
+        if col_ok is not None:
+            lines.append(f"bg_col_ok[{i}] = {col_ok} + now")
+    for i, last_act, faw, col_ok, wtr_ok in ranks:
+        lines.append(f"state = self.ranks[{i}]")
+        if last_act is not None:
+            lines.append(f"state.last_act = {last_act} + now")
+        if faw is not None:
+            lines.append("state.faw.clear()")
+            if faw:
+                lines.append("state.faw.extend((" + "".join(f"{v} + now, " for v in faw) + "))")
+        if col_ok is not None:
+            lines.append(f"state.col_ok = {col_ok} + now")
+        if wtr_ok is not None:
+            lines.append(f"state.wtr_ok = {wtr_ok} + now")
+    if stats:
+        lines.append("extra = self.stats.extra")  # UnitStats.add, inlined
+    for name, amount in stats:
+        lines.append(f"extra[{name!r}] = extra.get({name!r}, 0) + {amount}")
+    lines += [f"self.bus_free = end = {end} + now", f"self.bus_rank = {bus_rank!r}",
+              f"self.bus_write = {bus_write!r}", f"self.horizon = {horizon} + now",
+              f"return {first} + now, end"]
+    return _compile("\n    ".join(lines), "replay")
+
+
+def _compile(source: str, name: str) -> Callable:
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<dram memo {name}>", "exec"), namespace)  # noqa: S102
+    return namespace[name]
