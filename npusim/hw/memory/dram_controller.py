@@ -70,6 +70,9 @@ class ChannelController(CommitMemo):
         self.starvation_limit = starvation_limit
         self.stats = stats
         self.banks = [BankState() for _ in range(ranks * bank_groups * banks_per_group)]
+        per_rank = bank_groups * banks_per_group
+        #: The banks of each rank (refresh works rank by rank).
+        self.rank_banks = [self.banks[r * per_rank:(r + 1) * per_rank] for r in range(ranks)]
         self.ranks = [_RankState() for _ in range(ranks)]
         self.bg_last_act = [_NEVER] * (ranks * bank_groups)
         self.bg_col_ok = [0] * (ranks * bank_groups)
@@ -463,8 +466,7 @@ class ChannelController(CommitMemo):
                     count = (now - due) // t.trefi + 1
                     last = due + (count - 1) * t.trefi
                     done = last + t.trp + t.trfc
-                    per_rank = self.bank_groups * self.banks_per_group
-                    for bank in self.banks[rank * per_rank:(rank + 1) * per_rank]:
+                    for bank in self.rank_banks[rank]:
                         bank.act_ok = done
                     state.refresh_due = last + t.trefi
                     self.stats.add("refreshes", count)
@@ -472,10 +474,15 @@ class ChannelController(CommitMemo):
     def _refresh(self, rank: int, state: _RankState) -> int:
         """All-bank refresh of ``rank``: drain, precharge all, block for tRFC."""
         t = self.t
-        per_rank = self.bank_groups * self.banks_per_group
-        banks = self.banks[rank * per_rank:(rank + 1) * per_rank]
-        precharge = max([state.refresh_due] + [b.pre_ok for b in banks if b.open_row >= 0])
-        begin = max([precharge + t.trp] + [b.act_ok for b in banks])
+        banks = self.rank_banks[rank]
+        precharge = state.refresh_due
+        for bank in banks:
+            if bank.open_row >= 0 and bank.pre_ok > precharge:
+                precharge = bank.pre_ok
+        begin = precharge + t.trp
+        for bank in banks:
+            if bank.act_ok > begin:
+                begin = bank.act_ok
         done = begin + t.trfc
         for bank in banks:
             bank.open_row = -1
