@@ -89,20 +89,35 @@ def allocate_single(router: "Router", t: int) -> None:
             router.poke(nxt)
         return
     period = router.net.period_ps
-    if others is None:  # the usual case: one request, for one output
-        groups: Any = ((chosen_packet.path[chosen_packet.j], [(chosen_p, 0, chosen_packet)]),)
-    else:
-        picks: dict[Any, list[tuple[int, int, Any]]] = {}
-        for chosen in [(chosen_p, 0, chosen_packet), *others]:
-            out = chosen[2].path[chosen[2].j]
-            if out in picks:
-                picks[out].append(chosen)
-            else:
-                picks[out] = [chosen]
-        groups = picks.items()
+    if others is None:  # the usual case: one request, for one output (granted below, inline)
+        ch_in = inputs[chosen_p]
+        router.in_rr[chosen_p] = 0
+        chosen_packet.path[chosen_packet.j].sa_rr = (chosen_p + 1) % nports
+        router._grant(chosen_packet, chosen_p, 0, t, busy_ports == 1)
+        queue = ch_in.waiting[0]
+        if queue:
+            front_free = ch_in.front_free[0]
+            if front_free >= 0:
+                ready = queue[0].ready
+                if front_free > ready:
+                    ready = front_free
+                if t + period > ready:
+                    ready = t + period
+                if ready < nxt:
+                    nxt = ready
+        if nxt < INF:
+            router.poke(nxt)
+        return
+    picks: dict[Any, list[tuple[int, int, Any]]] = {}
+    for chosen in [(chosen_p, 0, chosen_packet), *others]:
+        out = chosen[2].path[chosen[2].j]
+        if out in picks:
+            picks[out].append(chosen)
+        else:
+            picks[out] = [chosen]
     # Output stage: each output grants one of the ports that picked it.
     in_rr = router.in_rr
-    for out, requests in groups:
+    for out, requests in picks.items():
         if len(requests) > 1:
             base = out.sa_rr
             requests.sort(key=lambda r: (r[0] - base) % nports)
