@@ -44,8 +44,8 @@ from npusim.hw.memory.dram_timing import ColumnPlan, DramTiming, column_plan
 __all__ = ["DramConfig", "DramChannel", "DramHandle", "DramCommand", "DramCoord"]
 
 #: Per DRAM config: (request templates, column plans, controller decisions, analytic
-#: sequential stream times); see DramChannel.__init__.
-_SHARED: dict[Any, tuple[dict, dict, dict, dict]] = {}
+#: sequential stream times, controller key transitions); see DramChannel.__init__.
+_SHARED: dict[Any, tuple[dict, dict, dict, dict, dict]] = {}
 #: Unique id of each request template's per-channel share (key of the decision memo).
 _SHAPE_IDS = itertools.count()
 
@@ -242,13 +242,14 @@ class DramChannel(MemoryTarget):
         if shared is None:
             if len(_SHARED) > 16:  # many configs in one process (sweeps, tests): start over
                 _SHARED.clear()
-            shared = _SHARED[config] = ({}, {}, {}, {})
+            shared = _SHARED[config] = ({}, {}, {}, {}, {})
         self._layouts: dict[tuple, list[tuple]] = shared[0]
         self._plans: dict[tuple, ColumnPlan] = shared[1]
         self._decisions: dict[tuple, Any] = shared[2]
         # (size, chunk) -> closed-form sequential stream time (analytic mode): decoding a
         # whole block's bursts costs milliseconds and every LLM stage asks again.
         self._sequential: dict[tuple[int, int], float] = shared[3]
+        self._transitions: dict[tuple, Any] = shared[4]
 
     # -- tlm -------------------------------------------------------------------------
     def bind(self, env: Any) -> None:
@@ -262,6 +263,7 @@ class DramChannel(MemoryTarget):
         for controller in self._controllers:
             controller.command_log = self.command_log
             controller.decisions = self._decisions
+            controller.transitions = self._transitions
             controller.bind(env)
 
     def reset_stats(self) -> None:

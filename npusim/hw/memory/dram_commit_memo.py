@@ -19,9 +19,23 @@ COMPILE_AFTER = 64
 _KEY_BUILDERS: dict[tuple[int, int, int], Callable] = {}
 
 
+class _Entry:
+    """What the memo knows of one state key: the record of its commit (False: not
+    replayable), the compiled replay once it has been replayed often, and its key."""
+
+    __slots__ = ("key", "record", "replay", "replays")
+
+    def __init__(self, key: tuple, record: tuple | bool):
+        self.key = key
+        self.record = record
+        self.replay: Callable | None = None
+        self.replays = 0
+
+
 class CommitMemo:
     """``_commit`` with record / replay; the host class provides the bank, bank-group,
-    rank and bus state, ``decisions``, ``_past``, ``stats`` and ``_commit_batches``."""
+    rank and bus state, ``decisions``, ``transitions``, ``_prev``, ``_refreshed``,
+    ``_past``, ``stats`` and ``_commit_batches``."""
 
     def _commit(self, req: ChannelRequest, now: int) -> tuple[int, int]:
         """Book ``req``'s commands (see :meth:`_commit_batches`), memoised.
@@ -33,36 +47,63 @@ class CommitMemo:
         controller records what a commit changed (relative to ``now``) and replays it
         when the state key recurs: the same numbers for a fraction of the work.  Off
         while the command log is on (the replay issues no commands).
+
+        Transitions: the state a commit leaves, relative to its time, is a function of
+        its key; the next commit's key is then a function of that, of the time and row
+        offset since, of the next request's shape and direction, and of what refreshes
+        did in between (they only close the rank's rows and set their ACT bound to the
+        refresh's end).  So ``transitions`` maps (previous key's entry, those) to the
+        next key's entry, and most commits build no key at all.
         """
         decisions = self.decisions
         if decisions is None or req.shape is None or self.command_log is not None:
+            self._prev = None
             return self._commit_batches(req, now)
-        build = self._key_builder
-        if build is None:
-            build = self._key_builder = key_builder(len(self.banks), len(self.bg_last_act),
-                                                    len(self.ranks))
-        key = build(self, req, now)
-        record = decisions.get(key)
-        if record is not None:
-            kind = type(record)
-            if kind is list:  # [record, replays]: compiled once replayed often enough
-                record[1] += 1
-                if record[1] >= COMPILE_AFTER:
-                    decisions[key] = compile_replay(record[0])
-                return self._replay(record[0], req.row_base, now)
-            if kind is tuple:  # first replay
-                decisions[key] = [record, 1]
-                return self._replay(record, req.row_base, now)
-            if record is False:  # seen before, not replayable (see _record)
-                return self._commit_batches(req, now)
-            return record(self, now, req.row_base)
-        before = self._snapshot()
-        extra = dict(self.stats.extra)
-        result = self._commit_batches(req, now)
-        if len(decisions) >= 100_000:  # bound the memory of long, varied runs
-            decisions.clear()
-        decisions[key] = self._record(before, extra, result, req.row_base, now)
-        return result
+        row_base = req.row_base
+        refreshed = self._refreshed
+        if refreshed:
+            self._refreshed = ()
+        prev = self._prev
+        entry = None
+        if prev is not None:
+            step = (prev[0], now - prev[1], row_base - prev[2], req.shape, req.is_write,
+                    tuple([(rank, done - now) for rank, done in refreshed]) if refreshed else None)
+            entry = self.transitions.get(step)
+        if entry is None:
+            build = self._key_builder
+            if build is None:
+                build = self._key_builder = key_builder(len(self.banks), len(self.bg_last_act),
+                                                        len(self.ranks))
+            key = build(self, req, now)
+            entry = decisions.get(key)
+            if entry is None:  # a new state: commit and record it
+                before = self._snapshot()
+                extra = dict(self.stats.extra)
+                result = self._commit_batches(req, now)
+                if len(decisions) >= 100_000:  # bound the memory of long, varied runs
+                    decisions.clear()
+                    self.transitions.clear()
+                entry = decisions[key] = _Entry(key, self._record(before, extra, result, row_base, now))
+                if prev is not None:
+                    self.transitions[step] = entry
+                self._prev = (entry, now, row_base)
+                return result
+            if prev is not None:
+                transitions = self.transitions
+                if len(transitions) >= 200_000:
+                    transitions.clear()
+                transitions[step] = entry
+        self._prev = (entry, now, row_base)
+        replay = entry.replay
+        if replay is not None:
+            return replay(self, now, row_base)
+        record = entry.record
+        if record is False:  # not replayable (see _record)
+            return self._commit_batches(req, now)
+        entry.replays += 1
+        if entry.replays >= COMPILE_AFTER:
+            entry.replay = compile_replay(record)
+        return self._replay(record, row_base, now)
 
     _key_builder: Callable[[Any, ChannelRequest, int], tuple] | None = None
 

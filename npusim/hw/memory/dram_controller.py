@@ -97,6 +97,10 @@ class ChannelController(CommitMemo):
         #: Memo of commit decisions (see :meth:`_commit`), shared by every controller of
         #: an equal config; None disables it.
         self.decisions: dict[tuple, Any] | None = None
+        #: Memo of key-to-key transitions (see :meth:`_commit`), shared like ``decisions``.
+        self.transitions: dict[tuple, Any] = {}
+        self._prev: tuple | None = None  # (memo entry, time, row base) of the last commit
+        self._refreshed: tuple = ()  # (rank, end of its last refresh) since the last commit
         # A time more than this before ``now`` constrains nothing a commit computes: every
         # constraint adds at most one timing parameter to a past command's time and is
         # compared with a time at or after ``now``.
@@ -456,6 +460,8 @@ class ChannelController(CommitMemo):
     def _refresh_until(self, now: int) -> None:
         t = self.t
         for rank, state in enumerate(self.ranks):
+            if state.refresh_due > now:
+                continue
             while state.refresh_due <= now:
                 done = self._refresh(rank, state)
                 due = state.refresh_due
@@ -470,6 +476,9 @@ class ChannelController(CommitMemo):
                         bank.act_ok = done
                     state.refresh_due = last + t.trefi
                     self.stats.add("refreshes", count)
+            # Every bank of the rank is now closed with its next ACT at the end of the
+            # last refresh: all a later commit's key can tell of the refreshes.
+            self._refreshed += ((rank, self.rank_banks[rank][0].act_ok),)
 
     def _refresh(self, rank: int, state: _RankState) -> int:
         """All-bank refresh of ``rank``: drain, precharge all, block for tRFC."""
