@@ -300,3 +300,39 @@ def test_trains_take_fewer_events():
             steps += 1
         counts.append(steps)
     assert counts[0] * 3 < counts[1]  # 256 packets, 14 hops: trains of 4 packets
+
+
+def test_grouped_train_deliveries_match_per_packet_calls():
+    """A train reports the consecutive packets of one transfer together (count and last
+    arrival); a plain callback (``inject``) between them is still called per packet, in
+    train order, and the transfer's event and statistics are those of per-packet calls."""
+    from npusim.hw.interconnect.noc import _Delivery
+    from npusim.hw.interconnect.noc_router import Packet
+
+    outcomes = []
+    for grouped in (True, False):
+        net = make()
+        env = simpy.Environment()
+        net.bind(env)
+        calls = []
+        first = _Delivery(3, 0, env.event(), net.stats, 300, 10)
+        second = _Delivery(1, 0, env.event(), net.stats, 100, 10)
+        plain = lambda t: calls.append(("plain", t, env.now))  # noqa: E731
+        first.event.callbacks.append(lambda e: calls.append(("first", env.now)))
+        second.event.callbacks.append(lambda e: calls.append(("second", env.now)))
+        parts = [(4, 100, first), (4, 100, first), (2, 10, plain), (4, 100, first),
+                 (4, 100, second), (1, 0, None)]
+        path, hops = net._path_state(0, 1)
+        packet = Packet(path, hops, 310, 19, 0, None, parts)
+        if grouped:
+            net.delivered(packet, 50_000)
+        else:  # each packet on its own, at the time the train gives it
+            left = packet.flits
+            for flits, _payload, on_done in parts:
+                left -= flits
+                if on_done is not None:
+                    on_done(50_000 - left * net.period_ps)
+        env.run()
+        outcomes.append((calls, first.left, second.left, first.last, second.last,
+                         net.stats.transactions, net.stats.extra.get("wait_ps")))
+    assert outcomes[0] == outcomes[1]

@@ -299,27 +299,8 @@ class MeshNoc(Interconnect):
         if not packets:
             return None
         start = env._now
-        remaining = [len(packets), start]
         all_known = env.event()
-        stats = self.stats
-
-        def on_done(done_ps: int) -> None:
-            remaining[0] -= 1
-            if done_ps > remaining[1]:
-                remaining[1] = done_ps
-            if remaining[0] == 0:
-                # Succeed at the last delivery, not now: one event instead of a wake-up
-                # now plus a timeout (what Event.succeed() sets, scheduled later).
-                all_known._ok = True
-                all_known._value = None
-                env.schedule(all_known, NORMAL, remaining[1] - env._now)
-                # Counted as the analytic level counts a network stage
-                # (Device.account_transfer): busy time is the uncontended time; the
-                # excess, up to the last delivery, is reported apart as wait_ps.
-                stats.transactions += 1
-                stats.bytes_read += int(size_bytes)
-                stats.busy_ps += uncontended
-                stats.add("wait_ps", remaining[1] - start - uncontended)
+        on_done = _Delivery(len(packets), start, all_known, self.stats, int(size_bytes), uncontended)
 
         # inject() for the packets, with the path looked up once; several packets go
         # as one train (noc_router), which is split wherever another packet competes.
@@ -463,16 +444,78 @@ class MeshNoc(Interconnect):
         extra["flits"] = extra.get("flits", 0) + packet.flits
         extra["packet_hops"] = extra.get("packet_hops", 0) + packet.hops * count
         if parts is None:
-            if packet.on_done is not None:
-                packet.on_done(done_ps)
+            on_done = packet.on_done
+            if on_done is not None:
+                if type(on_done) is _Delivery:
+                    on_done.arrive(done_ps, 1)
+                else:
+                    on_done(done_ps)
             return
         # A train streams its packets back to back through the ejection port: each
-        # packet's tail arrives when the flits up to it have followed the head.
+        # packet's tail arrives when the flits up to it have followed the head.  Packets
+        # of one transfer that follow each other in the train are reported together
+        # (their last arrival and their count: all the transfer keeps of them).
         period, left = self.period_ps, packet.flits
+        group, count, last = None, 0, 0
         for flits, _payload, on_done in parts:
             left -= flits
-            if on_done is not None:
+            if on_done is None:
+                continue
+            if on_done is group:
+                count += 1
+                last = done_ps - left * period
+                continue
+            if group is not None:
+                group.arrive(last, count)
+                group = None
+            if type(on_done) is _Delivery:
+                group, count, last = on_done, 1, done_ps - left * period
+            else:
                 on_done(done_ps - left * period)
+        if group is not None:
+            group.arrive(last, count)
+
+
+class _Delivery:
+    """The packets of one :meth:`MeshNoc.start_transfer` still on their way: succeeds
+    ``event`` at the last delivery once every packet's delivery time is known."""
+
+    __slots__ = ("left", "last", "start", "event", "stats", "size", "uncontended")
+
+    def __init__(self, packets: int, start: int, event: Any, stats: Any, size: int,
+                 uncontended: int):
+        self.left = packets
+        self.last = start
+        self.start = start
+        self.event = event
+        self.stats = stats
+        self.size = size
+        self.uncontended = uncontended
+
+    def __call__(self, done_ps: int) -> None:
+        self.arrive(done_ps, 1)
+
+    def arrive(self, done_ps: int, count: int) -> None:
+        """``count`` packets delivered, the last of them at ``done_ps``."""
+        self.left -= count
+        if done_ps > self.last:
+            self.last = done_ps
+        if self.left == 0:
+            # Succeed at the last delivery, not now: one event instead of a wake-up
+            # now plus a timeout (what Event.succeed() sets, scheduled later).
+            event = self.event
+            env = event.env
+            event._ok = True
+            event._value = None
+            env.schedule(event, NORMAL, self.last - env._now)
+            # Counted as the analytic level counts a network stage
+            # (Device.account_transfer): busy time is the uncontended time; the
+            # excess, up to the last delivery, is reported apart as wait_ps.
+            stats = self.stats
+            stats.transactions += 1
+            stats.bytes_read += self.size
+            stats.busy_ps += self.uncontended
+            stats.add("wait_ps", self.last - self.start - self.uncontended)
 
 
 def _link_dict(link: Channel, period_ps: int) -> dict[str, int]:
