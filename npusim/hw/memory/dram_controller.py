@@ -94,6 +94,7 @@ class ChannelController(CommitMemo):
         self.env: simpy.Environment | None = None
         self._idle = True  # no request queued: the next admitted one wakes the loop
         self._on_wake = self._wake  # bound once: one wake event per controller decision round
+        self._lead = timing.commit_lead
         #: Memo of commit decisions (see :meth:`_commit`), shared by every controller of
         #: an equal config; None disables it.
         self.decisions: dict[tuple, Any] | None = None
@@ -149,7 +150,7 @@ class ChannelController(CommitMemo):
         bus is booked less than ``commit_lead`` ahead, else wake again when it is; idle
         once the queue is empty, until :meth:`offer` admits a request."""
         now = self.env._now  # type: ignore[union-attr]
-        lead = self.t.commit_lead
+        lead = self._lead
         queue = self.queue
         while queue:
             wait = self.horizon - lead - now
@@ -160,9 +161,16 @@ class ChannelController(CommitMemo):
         self._idle = True
 
     def _decide(self, now: int) -> None:
-        self._refresh_until(now)
-        req = self._select(now)
-        self.queue.remove(req)
+        for state in self.ranks:
+            if state.refresh_due <= now:
+                self._refresh_until(now)
+                break
+        queue = self.queue
+        if len(queue) == 1:  # nothing to choose from (what _select returns)
+            req = queue.pop()
+        else:
+            req = self._select(now)
+            queue.remove(req)
         self.occupied -= req.entries
         first_data, end = self._commit(req, now)
         req.on_commit(first_data, end)
@@ -485,16 +493,19 @@ class ChannelController(CommitMemo):
         t = self.t
         banks = self.rank_banks[rank]
         precharge = state.refresh_due
-        for bank in banks:
-            if bank.open_row >= 0 and bank.pre_ok > precharge:
-                precharge = bank.pre_ok
+        acts = _NEVER
+        for bank in banks:  # every open bank precharges; ACT bounds hold the refresh off
+            if bank.open_row >= 0:
+                if bank.pre_ok > precharge:
+                    precharge = bank.pre_ok
+                bank.open_row = -1
+            if bank.act_ok > acts:
+                acts = bank.act_ok
         begin = precharge + t.trp
-        for bank in banks:
-            if bank.act_ok > begin:
-                begin = bank.act_ok
+        if acts > begin:
+            begin = acts
         done = begin + t.trfc
         for bank in banks:
-            bank.open_row = -1
             bank.act_ok = done
         state.refresh_due += t.trefi
         self.stats.add("refreshes")
