@@ -306,7 +306,7 @@ def test_grouped_train_deliveries_match_per_packet_calls():
     """A train reports the consecutive packets of one transfer together (count and last
     arrival); a plain callback (``inject``) between them is still called per packet, in
     train order, and the transfer's event and statistics are those of per-packet calls."""
-    from npusim.hw.interconnect.noc import _Delivery
+    from npusim.hw.interconnect.noc_delivery import _Delivery
     from npusim.hw.interconnect.noc_router import Packet
 
     outcomes = []

@@ -40,12 +40,12 @@ import re
 from typing import Any, Callable, Generator, Literal
 
 from pydantic import Field, model_validator
-from simpy.events import NORMAL
 
 from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
 from npusim.core.units import BandwidthBps, Bytes, FreqHz, cycles_to_ps
 from npusim.hw.base import Interconnect
+from npusim.hw.interconnect.noc_delivery import _Delivery
 from npusim.hw.interconnect.noc_router import INF, TRAIN_PACKETS, Channel, Packet, Router
 from npusim.hw.interconnect.noc_topology import NocTopology
 
@@ -474,48 +474,6 @@ class MeshNoc(Interconnect):
                 on_done(done_ps - left * period)
         if group is not None:
             group.arrive(last, count)
-
-
-class _Delivery:
-    """The packets of one :meth:`MeshNoc.start_transfer` still on their way: succeeds
-    ``event`` at the last delivery once every packet's delivery time is known."""
-
-    __slots__ = ("left", "last", "start", "event", "stats", "size", "uncontended")
-
-    def __init__(self, packets: int, start: int, event: Any, stats: Any, size: int,
-                 uncontended: int):
-        self.left = packets
-        self.last = start
-        self.start = start
-        self.event = event
-        self.stats = stats
-        self.size = size
-        self.uncontended = uncontended
-
-    def __call__(self, done_ps: int) -> None:
-        self.arrive(done_ps, 1)
-
-    def arrive(self, done_ps: int, count: int) -> None:
-        """``count`` packets delivered, the last of them at ``done_ps``."""
-        self.left -= count
-        if done_ps > self.last:
-            self.last = done_ps
-        if self.left == 0:
-            # Succeed at the last delivery, not now: one event instead of a wake-up
-            # now plus a timeout (what Event.succeed() sets, scheduled later).
-            event = self.event
-            env = event.env
-            event._ok = True
-            event._value = None
-            env.schedule(event, NORMAL, self.last - env._now)
-            # Counted as the analytic level counts a network stage
-            # (Device.account_transfer): busy time is the uncontended time; the
-            # excess, up to the last delivery, is reported apart as wait_ps.
-            stats = self.stats
-            stats.transactions += 1
-            stats.bytes_read += self.size
-            stats.busy_ps += self.uncontended
-            stats.add("wait_ps", self.last - self.start - self.uncontended)
 
 
 def _link_dict(link: Channel, period_ps: int) -> dict[str, int]:
