@@ -37,14 +37,18 @@ Router micro-architecture (input-queued, Dally & Towles ch. 16-19; BookSim's ``i
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from heapq import heappush
 
 from simpy.events import NORMAL
 
+from npusim.hw.interconnect.noc_channels import INF, TRAIN_PACKETS, Channel, Packet
+
 if TYPE_CHECKING:
     from npusim.hw.interconnect.noc import MeshNoc
+
+__all__ = ["INF", "TRAIN_PACKETS", "Channel", "Packet", "Router"]
 
 _new_event = object.__new__
 
@@ -55,82 +59,6 @@ class _Wake:
 
     __slots__ = ("callbacks", "_value")
     _ok = True
-
-#: "Never" / "unbounded" sentinel (ps or flits).
-INF = 1 << 62
-
-#: Most packets one train stands for.  A packet that reaches a router while a train
-#: holds the output it wants waits for the whole train, where packet by packet it could
-#: have won the output after the current packet: this bounds that error (see
-#: ``docs/noc.md``), at the cost of a few more events per long stream.
-TRAIN_PACKETS = 4
-
-
-class Channel:
-    """One directed channel: a router-to-router link, an injection or an ejection port,
-    plus the VC buffers it feeds at its receiving router.
-
-    ``owner_free[v]`` is when VC ``v`` may be allocated again (-1: held, time not known
-    yet); ``buf[v]`` lists ``(packet, index)`` entries still occupying slots of the
-    downstream buffer; ``waiting[v]`` the packets in that buffer not yet sent on;
-    ``front_free[v]`` when the previous front packet's tail left the buffer (-1: not
-    known yet).
-    """
-
-    __slots__ = ("key", "sender", "receiver", "port", "nvc", "cap", "sink", "busy_until",
-                 "owner_free", "buf", "waiting", "front_free", "va_rr", "sa_rr",
-                 "starved", "queued", "flits", "bytes", "packets", "held_ps")
-
-    def __init__(self, key: Any, nvc: int, cap: int, sink: bool = False):
-        self.key = key
-        self.sender: Router | None = None
-        self.receiver: Router | None = None
-        self.port = 0  # input-port index at the receiver
-        self.nvc = nvc
-        self.cap = cap
-        self.sink = sink  # ejection: the node takes a flit every cycle
-        self.busy_until = 0
-        self.owner_free = [0] * nvc
-        self.buf: list[deque[tuple[Packet, int]]] = [deque() for _ in range(nvc)]
-        self.waiting: list[deque[Packet]] = [deque() for _ in range(nvc)]
-        self.front_free = [0] * nvc
-        self.va_rr = 0
-        self.sa_rr = 0
-        # A request on this channel waits for something whose time is not known yet
-        # (a VC holder or a buffered packet blocked downstream): wake the sender then.
-        self.starved = False
-        self.queued = 0  # packets in ``waiting`` over all VCs (skip idle ports fast)
-        self.flits = 0
-        self.bytes = 0
-        self.packets = 0
-        self.held_ps = 0
-
-
-class Packet:
-    """A packet walking its path ``(source queue, injection, links..., ejection)``."""
-
-    __slots__ = ("path", "j", "vcs", "flits", "payload", "hops", "ready", "grant",
-                 "release", "pending", "on_done", "parts")
-
-    def __init__(self, path: tuple[Channel, ...], hops: int, payload: int, flits: int,
-                 now: int, on_done: Callable[[int], None] | None,
-                 parts: list[tuple[int, int, Any]] | None = None):
-        n = len(path)
-        self.path = path
-        self.j = 1  # index of the channel requested next (path[0] is the source queue)
-        self.vcs = [0] + [-1] * (n - 1)  # VC held on each channel (-1: none yet)
-        self.flits = flits
-        self.payload = payload
-        self.hops = hops
-        self.ready = now  # when the head may request path[j]
-        self.grant = [0] * n
-        self.release: list[int | None] = [None] * n  # tail has crossed channel k
-        self.pending: list[list[int]] = []  # [k, release candidate, flits buffered ahead]
-        self.on_done = on_done
-        #: A packet train: ``(flits, payload, on_done)`` of each packet it stands for, in
-        #: order (None: a single packet).  ``flits`` and ``payload`` are the sums.
-        self.parts = parts
-
 
 class Router:
     """An input-queued VC router (or a node's network interface, whose only input is
