@@ -89,22 +89,8 @@ def allocate_single(router: "Router", t: int) -> None:
             router.poke(nxt)
         return
     period = router.net.period_ps
-    if others is None:  # the usual case: one request, for one output (granted below, inline)
-        ch_in = inputs[chosen_p]
-        router.in_rr[chosen_p] = 0
-        chosen_packet.path[chosen_packet.j].sa_rr = (chosen_p + 1) % nports
-        router._grant(chosen_packet, chosen_p, 0, t, busy_ports == 1)
-        queue = ch_in.waiting[0]
-        if queue:
-            front_free = ch_in.front_free[0]
-            if front_free >= 0:
-                ready = queue[0].ready
-                if front_free > ready:
-                    ready = front_free
-                if t + period > ready:
-                    ready = t + period
-                if ready < nxt:
-                    nxt = ready
+    if others is None:  # the usual case: one request, for one output (no output groups)
+        nxt = _grant(router, chosen_packet, chosen_p, t, busy_ports == 1, period, nxt)
         if nxt < INF:
             router.poke(nxt)
         return
@@ -116,7 +102,6 @@ def allocate_single(router: "Router", t: int) -> None:
         else:
             picks[out] = [chosen]
     # Output stage: each output grants one of the ports that picked it.
-    in_rr = router.in_rr
     for out, requests in picks.items():
         if len(requests) > 1:
             base = out.sa_rr
@@ -124,20 +109,30 @@ def allocate_single(router: "Router", t: int) -> None:
             if t + period < nxt:
                 nxt = t + period  # the losers retry next cycle
         p, _v, packet = requests[0]
-        ch_in = inputs[p]
-        in_rr[p] = 0
-        out.sa_rr = (p + 1) % nports
-        router._grant(packet, p, 0, t, busy_ports == 1)
-        queue = ch_in.waiting[0]
-        if queue:
-            front_free = ch_in.front_free[0]
-            if front_free >= 0:
-                ready = queue[0].ready
-                if front_free > ready:
-                    ready = front_free
-                if t + period > ready:
-                    ready = t + period
-                if ready < nxt:
-                    nxt = ready
+        nxt = _grant(router, packet, p, t, busy_ports == 1, period, nxt)
     if nxt < INF:
         router.poke(nxt)
+
+
+def _grant(router: "Router", packet: Any, p: int, t: int, alone: bool, period: int,
+           nxt: int) -> int:
+    """Grant ``packet`` (front of input port ``p``) its output and move the round-robin
+    pointers past it; returns ``nxt`` lowered to when the next packet of that input may
+    request."""
+    inputs = router.inputs
+    router.in_rr[p] = 0
+    packet.path[packet.j].sa_rr = (p + 1) % len(inputs)
+    router._grant(packet, p, 0, t, alone)
+    ch_in = inputs[p]
+    queue = ch_in.waiting[0]
+    if queue:
+        front_free = ch_in.front_free[0]
+        if front_free >= 0:
+            ready = queue[0].ready
+            if front_free > ready:
+                ready = front_free
+            if t + period > ready:
+                ready = t + period
+            if ready < nxt:
+                nxt = ready
+    return nxt
