@@ -208,17 +208,7 @@ class Router:
             self.in_rr[p] = (v + 1) % ch_in.nvc
             out.sa_rr = (p + 1) % nports
             self._grant(packet, p, v, t)
-            queue = ch_in.waiting[v]
-            if queue:
-                front_free = ch_in.front_free[v]
-                if front_free >= 0:
-                    ready = queue[0].ready
-                    if front_free > ready:
-                        ready = front_free
-                    if t + period > ready:
-                        ready = t + period
-                    if ready < nxt:
-                        nxt = ready
+            nxt = next_request(ch_in, v, t + period, nxt)
         if nxt < INF:
             self.poke(nxt)
 
@@ -384,6 +374,24 @@ class Router:
             front_free = out.front_free[vc]
             if front_free >= 0:
                 out.receiver.poke(ready if ready > front_free else front_free)  # type: ignore[union-attr]
+
+
+def next_request(ch_in: Channel, v: int, earliest: int, nxt: int) -> int:
+    """``nxt`` lowered to when the packet now at the front of VC ``v`` of ``ch_in`` may
+    request (not before ``earliest``, the next cycle), after its predecessor was granted;
+    unchanged if the VC is empty or its previous tail is stuck (its release wakes us)."""
+    queue = ch_in.waiting[v]
+    if queue:
+        front_free = ch_in.front_free[v]
+        if front_free >= 0:
+            ready = queue[0].ready
+            if front_free > ready:
+                ready = front_free
+            if earliest > ready:
+                ready = earliest
+            if ready < nxt:
+                nxt = ready
+    return nxt
 
 
 def _split(train: Packet) -> Packet:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from npusim.hw.interconnect.noc_router import INF
+from npusim.hw.interconnect.noc_router import INF, next_request
 
 if TYPE_CHECKING:
     from npusim.hw.interconnect.noc_router import Router
@@ -123,16 +123,4 @@ def _grant(router: "Router", packet: Any, p: int, t: int, alone: bool, period: i
     router.in_rr[p] = 0
     packet.path[packet.j].sa_rr = (p + 1) % len(inputs)
     router._grant(packet, p, 0, t, alone)
-    ch_in = inputs[p]
-    queue = ch_in.waiting[0]
-    if queue:
-        front_free = ch_in.front_free[0]
-        if front_free >= 0:
-            ready = queue[0].ready
-            if front_free > ready:
-                ready = front_free
-            if t + period > ready:
-                ready = t + period
-            if ready < nxt:
-                nxt = ready
-    return nxt
+    return next_request(inputs[p], 0, t + period, nxt)
