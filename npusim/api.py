@@ -151,7 +151,8 @@ def _metrics(latency_ps: int, unit_stats: dict[str, dict[str, int]], info: dict[
         "events": events,
         "transactions": transactions,
         "segments": segments,
-        "memo": {"hits": memo.hits, "misses": memo.misses, "hit_rate": memo.hit_rate},
+        "memo": {"hits": memo.hits, "misses": memo.misses, "hit_rate": memo.hit_rate,
+                 **({"blends": memo.blends} if memo.blends else {})},
     }
     metrics.update({key: value for key, value in info.items() if key not in metrics})
     return metrics

@@ -64,6 +64,8 @@ class SegmentMemo:
     canonical: Canonicaliser | None = None
     hits: int = 0
     misses: int = 0
+    #: Interpolated runs computed (each from memoised runs at grid shapes).
+    blends: int = 0
     _entries: dict[str, _Entry] = field(default_factory=dict)
     _lazy: dict[tuple, _Entry] = field(default_factory=dict)
     _canonical_of: dict[tuple, tuple[dict[int, int], tuple[int, ...]]] = field(

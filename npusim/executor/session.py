@@ -16,11 +16,12 @@ from typing import Any
 
 from npusim.executor.analytic import run_analytic
 from npusim.executor.base import SegmentRun, prepare
+from npusim.executor.blend import as_integer, blend_runs, tally, total_weight
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.tlm import run_tlm
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 from npusim.metrics.result import OP_COLUMNS
-from npusim.workload.program import LazySegment
+from npusim.workload.program import BlendedSegment, LazySegment
 
 EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
 _NO_OPS: dict[str, int] = {}  # shared, never mutated: what a run without tasks reports
@@ -37,6 +38,7 @@ class Session:
         self._executor = EXECUTORS[mode]
         self.memo = SegmentMemo(enabled=memoize, canonical=device.canonical_cores)
         self._prepared: dict[int, tuple[TaskGraph, TaskGraph]] = {}
+        self._blends: dict = {}  # BlendedSegment.key -> its blended run
         self.columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
         # Per-unit counters are summed lazily: each distinct stats dict (memo hits share
         # them) is kept once with the number of times it occurred.
@@ -57,8 +59,10 @@ class Session:
     def _execute(self, graph: TaskGraph) -> SegmentRun:
         return self._executor(graph, self.device, self.seed)
 
-    def time(self, segment: TaskGraph | LazySegment) -> tuple[SegmentRun, bool]:
+    def time(self, segment: TaskGraph | LazySegment | BlendedSegment) -> tuple[SegmentRun, bool]:
         """Timing of ``segment`` on an idle device, without recording it."""
+        if isinstance(segment, BlendedSegment):
+            return self._blend(segment)
         if isinstance(segment, LazySegment):
             def compute() -> SegmentRun:
                 graph = prepare(segment.build(), self.device)
@@ -68,6 +72,24 @@ class Session:
                 return self.memo.run(graph, self._execute)[0]
             return self.memo.lazy_run(segment.key, segment.cores, compute, segment.lead_cores)
         return self.memo.run(self.prepared(segment), self._execute)
+
+    def _blend(self, segment: BlendedSegment) -> tuple[SegmentRun, bool]:
+        """The blended run of ``segment`` (computed once per key): its parts are timed
+        through the memo like any lazy segment.  It counts as reused when every part
+        was already known."""
+        run = self._blends.get(segment.key) if self.memo.enabled else None
+        if run is not None:
+            self.memo.hits += 1
+            return run, True
+        timed = [(weight, self.time(part)) for weight, part in segment.parts]
+        new = [part_run for _, (part_run, hit) in timed if not hit]
+        run = blend_runs(
+            [(weight, part_run) for weight, (part_run, _) in timed], segment.denominator,
+            events=sum(r.events for r in new), transactions=sum(r.transactions for r in new))
+        if self.memo.enabled:
+            self._blends[segment.key] = run
+        self.memo.blends += 1
+        return run, not new
 
     def _compact(self, run: SegmentRun) -> SegmentRun:
         """Once no more per-task rows will be recorded, keep only what later hits need
@@ -94,18 +116,18 @@ class Session:
                 run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
                                  run.unit_stats, run.events, run.transactions, run.extra)
             append_rows(self.columns, run, index, label, start_ps)
-        busy = busy_by_op(run)
-        ref = self._busy_refs.get(id(busy))
-        if ref is None:
-            self._busy_refs[id(busy)] = [busy, 1]
-        else:
-            ref[1] += 1
         self.segment_rows.append((index, label, start_ps, start_ps + run.makespan_ps, reused))
-        ref = self._stat_refs.get(id(run.unit_stats))
-        if ref is None:
-            self._stat_refs[id(run.unit_stats)] = [run.unit_stats, 1]
-        else:
-            ref[1] += 1
+        # A blend has no counters of its own: its parts' count with their weights.
+        for weight, denominator, counted in run.extra.get("blend", ((1, 1, run),)):
+            busy = busy_by_op(counted)
+            ref = self._busy_refs.get(id(busy))
+            if ref is None:
+                ref = self._busy_refs[id(busy)] = [busy, {}]
+            tally(ref[1], weight, denominator)
+            ref = self._stat_refs.get(id(counted.unit_stats))
+            if ref is None:
+                ref = self._stat_refs[id(counted.unit_stats)] = [counted.unit_stats, {}]
+            tally(ref[1], weight, denominator)
         if not reused:  # a memo hit replays timing without processing any event
             self.events += run.events
             self.transactions += run.transactions
@@ -115,10 +137,11 @@ class Session:
     def busy_by_op(self) -> dict[str, int]:
         """Busy time per operator summed over every recorded segment."""
         totals: dict[str, int] = defaultdict(int)
-        for busy, count in self._busy_refs.values():
+        for busy, weights in self._busy_refs.values():
+            count = total_weight(weights)
             for op, value in busy.items():
                 totals[op] += value * count
-        return dict(totals)
+        return {op: as_integer(value) for op, value in totals.items()}
 
     @property
     def totals(self) -> dict[str, dict[str, int]]:
@@ -127,11 +150,18 @@ class Session:
         if self._totals is not None and self._totals[0] == len(self.segment_rows):
             return self._totals[1]
         totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for stats, count in self._stat_refs.values():
+        fractional = False
+        for stats, weights in self._stat_refs.values():
+            count = total_weight(weights)
+            fractional = fractional or not isinstance(count, int)
             for unit, values in stats.items():
                 target = totals[unit]
                 for name, value in values.items():
                     target[name] += value * count
+        if fractional:  # blends weighed some counters by fractions
+            for target in totals.values():
+                for name, value in target.items():
+                    target[name] = as_integer(value)
         self._totals = (len(self.segment_rows), totals)
         return totals
 

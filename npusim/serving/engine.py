@@ -137,7 +137,9 @@ class ServingDriver:
                     state.replica = replica.index
                 state.in_flight = True
             segments = replica.segments(entries, self.config.kv_bucket_tokens,
-                                        self.config.segment_granularity)
+                                        self.config.segment_granularity,
+                                        self.config.decode_grid_points_per_octave
+                                        if self.config.decode_interpolation else None)
             free = stage_free[replica.index]
             start = now
             current = -1

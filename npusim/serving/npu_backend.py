@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
+from npusim.serving.interpolation import decode_corners
 from npusim.serving.state import Entry
 from npusim.strategies.npu.llm_mapping import split_layers
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
@@ -23,7 +24,7 @@ from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import SequenceChunk
-from npusim.workload.program import LazySegment
+from npusim.workload.program import BlendedSegment, LazySegment
 
 
 @dataclass
@@ -40,6 +41,10 @@ class Replica:
     #: by the replicas of one simulation: the memo hashes an int instead of a nested
     #: tuple on each of the hundreds of thousands of lookups of a serving run.
     key_ids: dict = field(default_factory=dict)
+    #: Segments per batch shape (and granularity): iterations repeat shapes thousands
+    #: of times, and the segment objects depend on nothing else.
+    _segments: dict = field(default_factory=dict, repr=False)
+    _stage_lists: dict = field(default_factory=dict, repr=False)
 
     @property
     def cores(self) -> tuple[int, ...]:
@@ -65,14 +70,48 @@ class Replica:
         """KV tokens every stage can hold (the smallest stage decides)."""
         return min(plan.kv_capacity_tokens for plan in self.plans)
 
-    def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage"
-                 ) -> list[tuple[int, str, LazySegment, bool]]:
+    def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage",
+                 grid: int | None = None) -> list[tuple[int, str, object, bool]]:
         """``(pipeline position, label, segment, is attention block)`` for every stage, or
         with ``granularity="part"`` every part of every stage (cut at attention blocks,
         see :meth:`StageBuilder.stage_parts`), then the LM head if a token is sampled
-        (position ``stages``)."""
-        chunks = _bucketed(entries, bucket)
+        (position ``stages``).
+
+        With ``grid`` (points per octave), the stages of a decode-only batch are
+        :class:`BlendedSegment` s of the grid shapes around it
+        (:mod:`npusim.serving.interpolation`), unless it is on the grid; its LM head is
+        exact.  Other batches have their contexts rounded up to ``bucket`` tokens.
+        Equal batch shapes get the same segment objects: a repeated shape costs a lookup.
+        """
+        corners = None
+        if grid is not None and all(e.new_tokens == 1 and e.context_len > 0 for e in entries):
+            count, total = len(entries), sum(e.context_len for e in entries)
+            corners = decode_corners(count, total, bucket, grid)
+        if corners is None:
+            chunks = _bucketed(entries, bucket)
+            cache_key: tuple = (granularity, _shape_key(chunks))
+        else:
+            chunks = _spread(count, total)
+            if len(corners[0]) == 1:  # on the grid: the grid shape itself
+                corners = None
+                cache_key = (granularity, _shape_key(chunks))
+            else:
+                cache_key = (granularity, "blend", count, total)
+        cached = self._segments.get(cache_key)
+        if cached is not None:
+            return cached
+        stages = self._blended(*corners, granularity) if corners else None
+        out = (stages or self._stage_segments(chunks, granularity)) + self._lm_head(chunks)
+        self._segments[cache_key] = out
+        return out
+
+    def _stage_segments(self, chunks: tuple[SequenceChunk, ...], granularity: str
+                        ) -> list[tuple[int, str, LazySegment, bool]]:
+        """The stage (or part) segments of a batch of ``chunks`` (cached per shape)."""
         shape = self.intern(_shape_key(chunks))
+        cached = self._stage_lists.get((granularity, shape))
+        if cached is not None:
+            return cached
         out = []
         for index, (group, plan) in enumerate(zip(self.groups, self.plans)):
             previous = self.groups[index - 1] if index else None
@@ -94,16 +133,48 @@ class Replica:
                     (self.role, key), cores, functools.partial(self.builder.build_part, group,
                                                   previous if number == 0 else None, plan,
                                                   part, name), name, exact_key=True), key[1]))
-        if any(c.sample for c in chunks):
-            cores = self.groups[-1].cores + self.cores
-            everyone = Group(self.cores)
-            out.append((len(self.groups), f"r{self.index}.lm_head", LazySegment(
-                ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, len(chunks),
-                 sum(c.sample for c in chunks)), cores,
-                functools.partial(self.builder.lm_head, self.groups[-1], everyone,
-                                  self.plans[-1], chunks), f"r{self.index}.lm_head",
-                exact_key=True), False))
+        self._stage_lists[(granularity, shape)] = out
         return out
+
+    def _blended(self, corners: list[tuple[int, int, int]], denominator: int, granularity: str
+                 ) -> list[tuple[int, str, BlendedSegment, bool]] | None:
+        """Each stage (part) as the blend of its segments at the ``corners`` shapes, or
+        ``None`` if the corner shapes do not cut into the same segments."""
+        lists = [(weight, self._stage_segments(_spread(count, total), granularity))
+                 for weight, count, total in corners]
+        first = lists[0][1]
+        if any([(p, label) for p, label, _, _ in segments] != [(p, label) for p, label, _, _ in first]
+               for _, segments in lists):
+            return None
+        out = []
+        for i, (position, label, _, is_attention) in enumerate(first):
+            parts = tuple((weight, segments[i][2]) for weight, segments in lists)
+            key = self.intern(("blend", self.index, label, denominator,
+                               tuple((weight, part.key) for weight, part in parts)))
+            out.append((position, label, BlendedSegment(key, parts, denominator, label),
+                        is_attention))
+        return out
+
+    def _lm_head(self, chunks: tuple[SequenceChunk, ...]) -> list[tuple[int, str, LazySegment, bool]]:
+        """The LM head segment if the batch samples a token (position ``stages``)."""
+        if not any(c.sample for c in chunks):
+            return []
+        cores = self.groups[-1].cores + self.cores
+        everyone = Group(self.cores)
+        label = f"r{self.index}.lm_head"
+        return [(len(self.groups), label, LazySegment(
+            ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, len(chunks),
+             sum(c.sample for c in chunks)), cores,
+            functools.partial(self.builder.lm_head, self.groups[-1], everyone,
+                              self.plans[-1], chunks), label, exact_key=True), False)]
+
+
+def _spread(count: int, total: int) -> tuple[SequenceChunk, ...]:
+    """``count`` decode sequences reading ``total`` keys, spread evenly (merged decode
+    attention only sees the count and the total)."""
+    base, extra = divmod(total, count)
+    return tuple(SequenceChunk(1, base + (1 if i >= count - extra else 0), True)
+                 for i in range(count))
 
 
 def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
@@ -126,10 +197,8 @@ def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     if count:
         step = max(bucket, 1 << max(0, total.bit_length() - 5))
         total = -(-total // step) * step
-        base, extra = divmod(total, count)
-        decodes = [base + (1 if i < extra else 0) for i in range(count)]
     return (tuple(SequenceChunk(n, c, s) for n, c, s in prefills)
-            + tuple(SequenceChunk(1, c, True) for c in sorted(decodes)))
+            + (_spread(count, total) if count else ()))
 
 
 def _shape_key(chunks: tuple[SequenceChunk, ...]) -> tuple:

@@ -38,6 +38,23 @@ class LazySegment:
     lead_cores: int = 0
 
 
+@dataclass(frozen=True)
+class BlendedSegment:
+    """A segment timed as a weighted mean of segments at nearby shapes (interpolation).
+
+    ``parts`` are ``(weight, segment)`` pairs on the same cores; the blended makespan,
+    per-unit counters and per-operator busy times are ``sum(weight * value) /
+    denominator`` rounded to integers, so the blend is deterministic.  ``key`` identifies
+    the blend (the shape it stands for and where it runs).  A blend has no task graph of
+    its own: traced runs record its segment row but no per-task rows.
+    """
+
+    key: Hashable
+    parts: tuple[tuple[int, LazySegment], ...]
+    denominator: int
+    name: str = ""
+
+
 @dataclass
 class Program:
     """Ordered segments plus workload-level facts for the metrics (tokens, FLOPs…)."""
