@@ -6,13 +6,15 @@ distinct batch, and batches rarely repeat exactly (contexts grow every iteration
 it must cost next to nothing: the makespan and the start-up lead are blended at once
 (``sum(weight * value) / denominator`` rounded, in integer arithmetic, so the result
 does not depend on floating-point order), while the counters (per unit, per operator)
-are not copied: the blend lists its parts with exact fractional weights, and the
-session adds each part's counters with that weight when it records the segment.
+are not copied: the blend lists its parts with their integer weights over the common
+denominator, and the session adds each part's counters with that weight when it records
+the segment (summing numerators per denominator, then once in integers scaled by the
+least common denominator, rounded at the end).
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
+from math import lcm
 
 from npusim.executor.base import SegmentRun
 
@@ -50,15 +52,17 @@ def tally(weights: dict[int, int], weight: int, denominator: int) -> None:
     weights[denominator] = weights.get(denominator, 0) + weight
 
 
-def total_weight(weights: dict[int, int]) -> int | Fraction:
-    """The sum a :func:`tally` dict stands for (an int when every weight was whole)."""
-    if len(weights) == 1 and 1 in weights:
-        return weights[1]
-    total = sum((Fraction(numerator, denominator) for denominator, numerator in weights.items()),
-                Fraction(0))
-    return total.numerator if total.denominator == 1 else total
+def common_scale(tallies) -> int:
+    """The least common denominator of every :func:`tally` dict in ``tallies``: counts
+    scaled by it are integers, so totals are summed without fractions."""
+    return lcm(1, *{denominator for weights in tallies for denominator in weights})
 
 
-def as_integer(value: int | Fraction) -> int:
-    """A counter summed with fractional (blend) weights, rounded to an integer."""
-    return value if isinstance(value, int) else round(value)
+def scaled_count(weights: dict[int, int], scale: int) -> int:
+    """``scale`` times the sum a :func:`tally` dict stands for (an integer)."""
+    return sum(numerator * (scale // denominator) for denominator, numerator in weights.items())
+
+
+def unscale(value: int, scale: int) -> int:
+    """``value / scale`` rounded to the nearest integer (ties up)."""
+    return value if scale == 1 else (2 * value + scale) // (2 * scale)

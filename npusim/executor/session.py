@@ -16,7 +16,7 @@ from typing import Any
 
 from npusim.executor.analytic import run_analytic
 from npusim.executor.base import SegmentRun, prepare
-from npusim.executor.blend import as_integer, blend_runs, tally, total_weight
+from npusim.executor.blend import blend_runs, common_scale, scaled_count, tally, unscale
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.tlm import run_tlm
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
@@ -137,11 +137,12 @@ class Session:
     def busy_by_op(self) -> dict[str, int]:
         """Busy time per operator summed over every recorded segment."""
         totals: dict[str, int] = defaultdict(int)
+        scale = common_scale(weights for _, weights in self._busy_refs.values())
         for busy, weights in self._busy_refs.values():
-            count = total_weight(weights)
+            count = scaled_count(weights, scale)
             for op, value in busy.items():
                 totals[op] += value * count
-        return {op: as_integer(value) for op, value in totals.items()}
+        return {op: unscale(value, scale) for op, value in totals.items()}
 
     @property
     def totals(self) -> dict[str, dict[str, int]]:
@@ -150,18 +151,18 @@ class Session:
         if self._totals is not None and self._totals[0] == len(self.segment_rows):
             return self._totals[1]
         totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        fractional = False
+        # Blends weigh their parts' counters by fractions: counts are scaled to integers.
+        scale = common_scale(weights for _, weights in self._stat_refs.values())
         for stats, weights in self._stat_refs.values():
-            count = total_weight(weights)
-            fractional = fractional or not isinstance(count, int)
+            count = scaled_count(weights, scale)
             for unit, values in stats.items():
                 target = totals[unit]
                 for name, value in values.items():
                     target[name] += value * count
-        if fractional:  # blends weighed some counters by fractions
+        if scale != 1:
             for target in totals.values():
                 for name, value in target.items():
-                    target[name] = as_integer(value)
+                    target[name] = unscale(value, scale)
         self._totals = (len(self.segment_rows), totals)
         return totals
 

@@ -60,9 +60,13 @@ class LoweringReplay:
     the name put in: the graph is the same as lowering again, task for task.
     """
 
-    def __init__(self, lower: Lowering, size: int = 64):
+    def __init__(self, lower: Lowering, size: int = 4096):
         self.lower = lower
-        self.size = size  # recordings kept (least recently used dropped)
+        # Recordings kept (least recently used dropped).  A serving run lowers each GEMM
+        # at every batch size it meets on every stage's cores: the 300-request Azure
+        # replay meets ~2,600 such shapes, and keeping them all (~60 MB) instead of the
+        # last 64 saves ~3,100 lowerings, 9.8 s -> 8.6 s of wall time.
+        self.size = size
         self._recordings: OrderedDict[tuple, _Recording] = OrderedDict()
 
     def __call__(self, graph: TaskGraph, gemm: GemmSpec, group: Group,
