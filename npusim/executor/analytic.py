@@ -61,6 +61,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     transfers: dict[int, list] = {}  # id(accounting) -> [accounting, occurrences]
     transfer_get = transfers.get
     analytic_transfer = device.analytic_transfer
+    transfer_cache_get = device.analytic_cache.get
     # Busy time of transfers and of host tasks that hold a resource, and the first
     # compute start (the segment's exposed start-up lead), gathered on the way.
     transfer_busy = host_busy = 0
@@ -88,7 +89,12 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if start < lead or lead < 0:
                 lead = start
         elif kind is TransferTask:
-            duration, reservations, accounting = analytic_transfer(task, seed)
+            # The device's cache of closed forms, looked up here without a method call
+            # (a stage graph has hundreds of transfers; the key is the cache's own).
+            cached = transfer_cache_get((task.src, task.dst, task.size_bytes, task.pattern,
+                                         task.chunk_bytes))
+            duration, reservations, accounting = (cached if cached is not None
+                                                  else analytic_transfer(task, seed))
             # Each memory and link is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.

@@ -63,7 +63,9 @@ class Device:
         # Closed-form stage times are pure functions of (part, action, route, size,
         # pattern); LLM runs ask for the same ones thousands of times.
         self._stage_times: dict[tuple, int] = {}
-        self._analytic: dict[tuple, tuple] = {}
+        #: :meth:`analytic_transfer` results by (src, dst, bytes, pattern, chunk): the
+        #: analytic executor reads it directly on its hot path.
+        self.analytic_cache: dict[tuple, tuple] = {}
         #: Unit names and routes already checked by ``prepare`` (checked once per device).
         self.checked_names: set = set()
         self._part_names: dict[int, str] = {}
@@ -85,7 +87,7 @@ class Device:
         self.parts[name] = part
         self._part_names[id(part)] = name
         self._stage_times.clear()
-        self._analytic.clear()
+        self.analytic_cache.clear()
         part.validate()
         return part
 
@@ -142,7 +144,7 @@ class Device:
         endpoints, size, pattern and chunking share one entry.
         """
         key = (task.src, task.dst, task.size_bytes, task.pattern, task.chunk_bytes)
-        cached = self._analytic.get(key)
+        cached = self.analytic_cache.get(key)
         if cached is None:
             if task.size_bytes <= 0:
                 cached = (0, [], [])
@@ -154,7 +156,7 @@ class Device:
                                task.size_bytes, chunks) for stage in plan.stages]
                 cached = (self.transfer_time_ps(task, seed, plan),
                           self.transfer_reservations(task, seed, plan), accounting)
-            self._analytic[key] = cached
+            self.analytic_cache[key] = cached
         return cached
 
     def stage_time_ps(self, stage: Stage, size_bytes: int, pattern: AccessPattern) -> int:
