@@ -91,27 +91,39 @@ class Replica:
             chunks = _bucketed(entries, bucket)
             cache_key: tuple = (granularity, _shape_key(chunks))
         else:
-            chunks = _spread(count, total)
+            # Decode-only: the shape is (no prefills, count, total); the evenly spread
+            # chunks are made only when a segment has to be built.
+            chunks = None
             if len(corners[0]) == 1:  # on the grid: the grid shape itself
                 corners = None
-                cache_key = (granularity, _shape_key(chunks))
+                cache_key = (granularity, ((), count, total))
             else:
                 cache_key = (granularity, "blend", count, total)
         cached = self._segments.get(cache_key)
         if cached is not None:
             return cached
+        if chunks is None:
+            chunks = _spread(count, total)
         stages = self._blended(*corners, granularity) if corners else None
         out = (stages or self._stage_segments(chunks, granularity)) + self._lm_head(chunks)
         self._segments[cache_key] = out
         return out
 
-    def _stage_segments(self, chunks: tuple[SequenceChunk, ...], granularity: str
-                        ) -> list[tuple[int, str, LazySegment, bool]]:
-        """The stage (or part) segments of a batch of ``chunks`` (cached per shape)."""
-        shape = self.intern(_shape_key(chunks))
+    def _stage_segments(self, chunks: tuple[SequenceChunk, ...] | tuple[int, int],
+                        granularity: str) -> list[tuple[int, str, LazySegment, bool]]:
+        """The stage (or part) segments of a batch of ``chunks`` (cached per shape), or
+        of ``(count, total)`` decode sequences spread evenly."""
+        if chunks and type(chunks[0]) is int:  # (count, total): spread only on a miss
+            shape_key: tuple = ((), *chunks)
+            chunks = None
+        else:
+            shape_key = _shape_key(chunks)
+        shape = self.intern(shape_key)
         cached = self._stage_lists.get((granularity, shape))
         if cached is not None:
             return cached
+        if chunks is None:
+            chunks = _spread(*shape_key[1:])
         out = []
         for index, (group, plan) in enumerate(zip(self.groups, self.plans)):
             previous = self.groups[index - 1] if index else None
@@ -140,7 +152,7 @@ class Replica:
                  ) -> list[tuple[int, str, BlendedSegment, bool]] | None:
         """Each stage (part) as the blend of its segments at the ``corners`` shapes, or
         ``None`` if the corner shapes do not cut into the same segments."""
-        lists = [(weight, self._stage_segments(_spread(count, total), granularity))
+        lists = [(weight, self._stage_segments((count, total), granularity))
                  for weight, count, total in corners]
         first = lists[0][1]
         if any([(p, label) for p, label, _, _ in segments] != [(p, label) for p, label, _, _ in first]

@@ -251,10 +251,13 @@ class MeshNoc(Interconnect):
     def transfer_time_ps(self, src: Any, dst: Any, size_bytes: int) -> int:
         """Closed-form uncontended time: the packets stream back to back along the path,
         so the time is one packet's path latency plus every flit once."""
-        payloads = self.packet_payloads(size_bytes)
-        if not payloads:
+        size = int(size_bytes)
+        if size <= 0:
             return 0
-        flits = sum(self.packet_flits(p) for p in payloads)
+        # Counted per packet size, not per packet: a weight tile is thousands of packets.
+        full, rest = divmod(size, self.config.max_packet_bytes)
+        flits = full * self.packet_flits(self.config.max_packet_bytes) + (
+            self.packet_flits(rest) if rest else 0)
         return self.zero_load_cycles(src, dst, flits) * self.period_ps
 
     # -- tlm -------------------------------------------------------------------------
