@@ -98,7 +98,7 @@ class Replica:
                 corners = None
                 cache_key = (granularity, ((), count, total))
             else:
-                cache_key = (granularity, "blend", count, total)
+                cache_key = (granularity, "blend", grid, count, total)
         cached = self._segments.get(cache_key)
         if cached is not None:
             return cached
