@@ -1,4 +1,5 @@
-"""Blending timed runs: the run of a shape between grid points, by interpolation.
+"""Composite runs: blends (the run of a shape between grid points, by interpolation)
+and chains (a stage timed as its parts back to back).
 
 The serving engine times decode batches at grid shapes and interpolates between them
 (:class:`~npusim.workload.program.BlendedSegment`).  A blend is asked for once per
@@ -40,10 +41,35 @@ def blend_runs(parts: list[tuple[int, SegmentRun]], denominator: int, events: in
                          f"to {denominator}")
     makespan = _mean([(weight, run.makespan_ps) for weight, run in parts], denominator)
     lead = _mean([(weight, run.extra.get("lead_ps", 0)) for weight, run in parts], denominator)
+    # A part may itself be composite (a chain): the session hands counts down level by
+    # level.
     blend = tuple((weight, denominator, run) for weight, run in parts)
     return SegmentRun(None, [], [makespan], {},  # type: ignore[arg-type]
                       events=events, transactions=transactions,
                       extra={"lead_ps": lead, "blend": blend})
+
+
+def chain_runs(parts: list[tuple[SegmentRun, bool]], events: int = 0, transactions: int = 0
+               ) -> SegmentRun:
+    """A run standing for ``parts`` (``(run, is attention)``) back to back, as
+    :class:`~npusim.workload.program.ChainedSegment` describes: each part's start-up lead
+    hides behind a preceding attention part, up to that part's makespan.  Counters are
+    the parts' (``extra["blend"]`` with weight 1); the lead is the first part's, and
+    ``extra["chain"]`` lists ``(offset, run)`` of every part (where its tasks ran)."""
+    if not parts:
+        raise ValueError("a chain needs at least one part")
+    makespan = shadow = 0
+    offsets = []
+    for run, is_attention in parts:
+        makespan -= min(shadow, run.extra.get("lead_ps", 0))
+        offsets.append((makespan, run))
+        makespan += run.makespan_ps
+        shadow = run.makespan_ps if is_attention else 0
+    counted = tuple((1, 1, run) for run, _ in parts)
+    return SegmentRun(None, [], [makespan], {},  # type: ignore[arg-type]
+                      events=events, transactions=transactions,
+                      extra={"lead_ps": parts[0][0].extra.get("lead_ps", 0), "blend": counted,
+                             "chain": tuple(offsets)})
 
 
 def tally(weights: dict[int, int], weight: int, denominator: int) -> None:

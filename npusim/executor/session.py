@@ -16,12 +16,13 @@ from typing import Any
 
 from npusim.executor.analytic import run_analytic
 from npusim.executor.base import SegmentRun, prepare
-from npusim.executor.blend import blend_runs, common_scale, scaled_count, tally, unscale
+from npusim.executor.blend import (blend_runs, chain_runs, common_scale, scaled_count, tally,
+                                   unscale)
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.tlm import run_tlm
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 from npusim.metrics.result import OP_COLUMNS
-from npusim.workload.program import BlendedSegment, LazySegment
+from npusim.workload.program import BlendedSegment, ChainedSegment, LazySegment
 
 EXECUTORS = {"tlm": run_tlm, "analytic": run_analytic}
 _NO_OPS: dict[str, int] = {}  # shared, never mutated: what a run without tasks reports
@@ -38,13 +39,15 @@ class Session:
         self._executor = EXECUTORS[mode]
         self.memo = SegmentMemo(enabled=memoize, canonical=device.canonical_cores)
         self._prepared: dict[int, tuple[TaskGraph, TaskGraph]] = {}
-        self._blends: dict = {}  # BlendedSegment.key -> its blended run
+        self._composites: dict = {}  # BlendedSegment / ChainedSegment key -> its run
         self.columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
         # Per-unit counters are summed lazily: each distinct stats dict (memo hits share
         # them) is kept once with the number of times it occurred.
         self._stat_refs: dict[int, list] = {}
         # Per-operator busy time, likewise: each distinct per-segment dict with its count.
         self._busy_refs: dict[int, list] = {}
+        # Composite runs recorded since the last total, with their counts (see _hand_down).
+        self._composite_refs: dict[int, list] = {}
         self.segment_rows: list[tuple] = []
         self._totals: tuple[int, dict] | None = None
         self.events = self.transactions = 0
@@ -59,16 +62,23 @@ class Session:
     def _execute(self, graph: TaskGraph) -> SegmentRun:
         return self._executor(graph, self.device, self.seed)
 
-    def time(self, segment: TaskGraph | LazySegment | BlendedSegment) -> tuple[SegmentRun, bool]:
+    def time(self, segment: TaskGraph | LazySegment | BlendedSegment | ChainedSegment
+             ) -> tuple[SegmentRun, bool]:
         """Timing of ``segment`` on an idle device, without recording it."""
         if isinstance(segment, BlendedSegment):
             return self._blend(segment)
+        if isinstance(segment, ChainedSegment):
+            return self._chain(segment)
         if isinstance(segment, LazySegment):
             def compute() -> SegmentRun:
                 graph = prepare(segment.build(), self.device)
                 if segment.exact_key:
                     self.memo.misses += 1
-                    return self._compact(self._execute(graph))
+                    run = self._execute(graph)
+                    # Per-op busy time now, while the graph is here: later hits are
+                    # copies without it that share this ``extra``.
+                    busy_by_op(run)
+                    return self._compact(run)
                 return self.memo.run(graph, self._execute)[0]
             return self.memo.lazy_run(segment.key, segment.cores, compute, segment.lead_cores)
         return self.memo.run(self.prepared(segment), self._execute)
@@ -77,7 +87,7 @@ class Session:
         """The blended run of ``segment`` (computed once per key): its parts are timed
         through the memo like any lazy segment.  It counts as reused when every part
         was already known."""
-        run = self._blends.get(segment.key) if self.memo.enabled else None
+        run = self._composites.get(segment.key) if self.memo.enabled else None
         if run is not None:
             self.memo.hits += 1
             return run, True
@@ -87,8 +97,27 @@ class Session:
             [(weight, part_run) for weight, (part_run, _) in timed], segment.denominator,
             events=sum(r.events for r in new), transactions=sum(r.transactions for r in new))
         if self.memo.enabled:
-            self._blends[segment.key] = run
+            self._composites[segment.key] = run
         self.memo.blends += 1
+        return run, not new
+
+    def _chain(self, segment: ChainedSegment) -> tuple[SegmentRun, bool]:
+        """The run of a stage as its parts back to back (computed once per key; the
+        parts are timed through the memo).  Reused when every part was known."""
+        run = self._composites.get(segment.key) if self.memo.enabled else None
+        if run is not None:
+            self.memo.hits += 1
+            return run, True
+        timed = [(self.time(part), is_attention) for part, is_attention in segment.parts]
+        for (part_run, _), _ in timed:  # the lead decides what hides behind attention
+            if "lead_ps" not in part_run.extra and part_run.graph is not None:
+                part_run.extra["lead_ps"] = lead_time(part_run)
+        new = [part_run for (part_run, hit), _ in timed if not hit]
+        run = chain_runs([(part_run, is_attention) for (part_run, _), is_attention in timed],
+                         events=sum(r.events for r in new),
+                         transactions=sum(r.transactions for r in new))
+        if self.memo.enabled:
+            self._composites[segment.key] = run
         return run, not new
 
     def _compact(self, run: SegmentRun) -> SegmentRun:
@@ -103,39 +132,82 @@ class Session:
         return SegmentRun(None, [], [run.makespan_ps],  # type: ignore[arg-type]
                           run.unit_stats, run.events, run.transactions, run.extra)
 
-    def run(self, segment: TaskGraph | LazySegment, label: str, start_ps: int) -> SegmentRun:
+    def run(self, segment: TaskGraph | LazySegment | BlendedSegment | ChainedSegment, label: str,
+            start_ps: int) -> SegmentRun:
         """Time ``segment`` and record it as running from ``start_ps``."""
         run, reused = self.time(segment)
         if "lead_ps" not in run.extra and run.graph is not None:
             run.extra["lead_ps"] = lead_time(run)
         index = len(self.segment_rows)
-        if (self.trace and run.starts
-                and len(self.columns["task"]) + len(run.starts) <= self.trace_max_tasks):
-            if run.graph is None:  # a lazy hit: build the graph only for its task names
-                assert isinstance(segment, LazySegment)
-                run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
-                                 run.unit_stats, run.events, run.transactions, run.extra)
-            append_rows(self.columns, run, index, label, start_ps)
+        if self.trace:
+            if isinstance(segment, ChainedSegment):  # each part's tasks where it ran
+                for (offset, part_run), (part, _) in zip(run.extra["chain"], segment.parts):
+                    self._trace_tasks(part, part_run, index,
+                                      label + part.name[len(segment.name):], start_ps + offset)
+            else:
+                self._trace_tasks(segment, run, index, label, start_ps)
         self.segment_rows.append((index, label, start_ps, start_ps + run.makespan_ps, reused))
-        # A blend has no counters of its own: its parts' count with their weights.
-        for weight, denominator, counted in run.extra.get("blend", ((1, 1, run),)):
-            busy = busy_by_op(counted)
-            ref = self._busy_refs.get(id(busy))
+        if "blend" in run.extra:
+            # A composite (blend, chain) has no counters of its own: it is counted here
+            # and handed down to its parts once, when totals are asked for.
+            ref = self._composite_refs.get(id(run))
             if ref is None:
-                ref = self._busy_refs[id(busy)] = [busy, {}]
-            tally(ref[1], weight, denominator)
-            ref = self._stat_refs.get(id(counted.unit_stats))
-            if ref is None:
-                ref = self._stat_refs[id(counted.unit_stats)] = [counted.unit_stats, {}]
-            tally(ref[1], weight, denominator)
+                ref = self._composite_refs[id(run)] = [run, {}]
+            tally(ref[1], 1, 1)
+        else:
+            self._count(run, 1, 1)
         if not reused:  # a memo hit replays timing without processing any event
             self.events += run.events
             self.transactions += run.transactions
         return run
 
+    def _count(self, run: SegmentRun, weight: int, denominator: int) -> None:
+        """Add ``weight / denominator`` occurrences of ``run``'s counters (per unit, per
+        operator) to the totals."""
+        busy = busy_by_op(run)
+        ref = self._busy_refs.get(id(busy))
+        if ref is None:
+            ref = self._busy_refs[id(busy)] = [busy, {}]
+        tally(ref[1], weight, denominator)
+        ref = self._stat_refs.get(id(run.unit_stats))
+        if ref is None:
+            ref = self._stat_refs[id(run.unit_stats)] = [run.unit_stats, {}]
+        tally(ref[1], weight, denominator)
+
+    def _hand_down(self) -> None:
+        """Count the recorded composites' parts: each composite's occurrences go to its
+        parts with their weights, a level at a time, so parts shared by many composites
+        (the corner stages of thousands of blends) are visited once per level."""
+        level, self._composite_refs = self._composite_refs, {}
+        while level:
+            below: dict[int, list] = {}
+            for run, weights in level.values():
+                for weight, denominator, part in run.extra["blend"]:
+                    for outer_denominator, numerator in weights.items():
+                        if "blend" in part.extra:
+                            ref = below.get(id(part))
+                            if ref is None:
+                                ref = below[id(part)] = [part, {}]
+                            tally(ref[1], numerator * weight, outer_denominator * denominator)
+                        else:
+                            self._count(part, numerator * weight, outer_denominator * denominator)
+            level = below
+
+    def _trace_tasks(self, segment, run: SegmentRun, index: int, label: str, start_ps: int
+                     ) -> None:
+        """Per-task rows of ``run`` while under the cap (blends have none)."""
+        if not run.starts or len(self.columns["task"]) + len(run.starts) > self.trace_max_tasks:
+            return
+        if run.graph is None:  # a lazy hit: build the graph only for its task names
+            assert isinstance(segment, LazySegment)
+            run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
+                             run.unit_stats, run.events, run.transactions, run.extra)
+        append_rows(self.columns, run, index, label, start_ps)
+
     @property
     def busy_by_op(self) -> dict[str, int]:
         """Busy time per operator summed over every recorded segment."""
+        self._hand_down()
         totals: dict[str, int] = defaultdict(int)
         scale = common_scale(weights for _, weights in self._busy_refs.values())
         for busy, weights in self._busy_refs.values():
@@ -150,6 +222,7 @@ class Session:
         after more segments were recorded)."""
         if self._totals is not None and self._totals[0] == len(self.segment_rows):
             return self._totals[1]
+        self._hand_down()
         totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         # Blends weigh their parts' counters by fractions: counts are scaled to integers.
         scale = common_scale(weights for _, weights in self._stat_refs.values())

@@ -142,11 +142,9 @@ class ServingDriver:
                                         if self.config.decode_interpolation else None)
             free = stage_free[replica.index]
             start = now
-            current = -1
-            shadow = 0  # length of the attention block just run (DMA idle, can prefetch)
             stages = len(replica.groups)
             prefix = f"it{iterations[replica.index]}/"
-            for position, label, segment, is_attention in segments:
+            for position, label, segment in segments:
                 if position == stages:
                     # The LM head is split over every core of the replica.  Each stage
                     # does its share in its own timeline, after this micro-batch's layers
@@ -158,15 +156,9 @@ class ServingDriver:
                         free[k] += run.makespan_ps
                     start = free[position] = start + run.makespan_ps
                     continue
-                if position != current:  # a new stage: wait for it to be free
-                    start = max(start, free[position])
-                    current, shadow = position, 0
+                start = max(start, free[position])  # the stage is free again
                 run = session.run(segment, prefix + label, start)
-                # The weight tiles a dense part waits for at its start load in the shadow
-                # of the preceding attention block (the parts are timed separately).
-                hidden = min(shadow, run.extra.get("lead_ps", 0))
-                start = free[position] = start + run.makespan_ps - hidden
-                shadow = run.makespan_ps if is_attention else 0
+                start = free[position] = start + run.makespan_ps
             iterations[replica.index] += 1
             in_flight[replica.index] += 1
             heapq.heappush(events, (start, next(counter), "done", (replica, entries)))

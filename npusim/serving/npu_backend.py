@@ -24,7 +24,7 @@ from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import SequenceChunk
-from npusim.workload.program import BlendedSegment, LazySegment
+from npusim.workload.program import BlendedSegment, ChainedSegment, LazySegment
 
 
 @dataclass
@@ -71,11 +71,11 @@ class Replica:
         return min(plan.kv_capacity_tokens for plan in self.plans)
 
     def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage",
-                 grid: int | None = None) -> list[tuple[int, str, object, bool]]:
-        """``(pipeline position, label, segment, is attention block)`` for every stage, or
-        with ``granularity="part"`` every part of every stage (cut at attention blocks,
-        see :meth:`StageBuilder.stage_parts`), then the LM head if a token is sampled
-        (position ``stages``).
+                 grid: int | None = None) -> list[tuple[int, str, object]]:
+        """``(pipeline position, label, segment)`` for every stage, then the LM head if
+        a token is sampled (position ``stages``).  With ``granularity="part"`` a stage
+        is a :class:`ChainedSegment` of its parts (cut at attention blocks, see
+        :meth:`StageBuilder.stage_parts`), which batches of the same token count share.
 
         With ``grid`` (points per octave), the stages of a decode-only batch are
         :class:`BlendedSegment` s of the grid shapes around it
@@ -110,7 +110,7 @@ class Replica:
         return out
 
     def _stage_segments(self, chunks: tuple[SequenceChunk, ...] | tuple[int, int],
-                        granularity: str) -> list[tuple[int, str, LazySegment, bool]]:
+                        granularity: str) -> list[tuple[int, str, LazySegment | ChainedSegment]]:
         """The stage (or part) segments of a batch of ``chunks`` (cached per shape), or
         of ``(count, total)`` decode sequences spread evenly."""
         if chunks and type(chunks[0]) is int:  # (count, total): spread only on a miss
@@ -135,39 +135,42 @@ class Replica:
                     ("serve-stage", self.role, previous is None, self.plan_keys[index], shape,
                      hops), cores,
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
-                    label, exact_key=True, lead_cores=lead), False))
+                    label, exact_key=True, lead_cores=lead)))
                 continue
+            parts = []
             for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None,
                                                                           self.plan_keys[index])):
                 cores = ((previous.cores if previous and number == 0 else ()) + group.cores)
                 name = f"{label}.part{number}"
-                out.append((index, name, LazySegment(
+                parts.append((LazySegment(
                     (self.role, key), cores, functools.partial(self.builder.build_part, group,
                                                   previous if number == 0 else None, plan,
                                                   part, name), name, exact_key=True), key[1]))
+            # The label fixes the cores, the part keys the shapes.
+            chain_key = self.intern(("chain", label, tuple(segment.key for segment, _ in parts)))
+            out.append((index, label, ChainedSegment(chain_key, tuple(parts), label)))
         self._stage_lists[(granularity, shape)] = out
         return out
 
     def _blended(self, corners: list[tuple[int, int, int]], denominator: int, granularity: str
-                 ) -> list[tuple[int, str, BlendedSegment, bool]] | None:
+                 ) -> list[tuple[int, str, BlendedSegment]] | None:
         """Each stage (part) as the blend of its segments at the ``corners`` shapes, or
         ``None`` if the corner shapes do not cut into the same segments."""
         lists = [(weight, self._stage_segments((count, total), granularity))
                  for weight, count, total in corners]
         first = lists[0][1]
-        if any([(p, label) for p, label, _, _ in segments] != [(p, label) for p, label, _, _ in first]
+        if any([(p, label) for p, label, _ in segments] != [(p, label) for p, label, _ in first]
                for _, segments in lists):
             return None
         out = []
-        for i, (position, label, _, is_attention) in enumerate(first):
+        for i, (position, label, _) in enumerate(first):
             parts = tuple((weight, segments[i][2]) for weight, segments in lists)
             key = self.intern(("blend", self.index, label, denominator,
                                tuple((weight, part.key) for weight, part in parts)))
-            out.append((position, label, BlendedSegment(key, parts, denominator, label),
-                        is_attention))
+            out.append((position, label, BlendedSegment(key, parts, denominator, label)))
         return out
 
-    def _lm_head(self, chunks: tuple[SequenceChunk, ...]) -> list[tuple[int, str, LazySegment, bool]]:
+    def _lm_head(self, chunks: tuple[SequenceChunk, ...]) -> list[tuple[int, str, LazySegment]]:
         """The LM head segment if the batch samples a token (position ``stages``)."""
         if not any(c.sample for c in chunks):
             return []
@@ -178,7 +181,7 @@ class Replica:
             ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, len(chunks),
              sum(c.sample for c in chunks)), cores,
             functools.partial(self.builder.lm_head, self.groups[-1], everyone,
-                              self.plans[-1], chunks), label, exact_key=True), False)]
+                              self.plans[-1], chunks), label, exact_key=True))]
 
 
 def _spread(count: int, total: int) -> tuple[SequenceChunk, ...]:

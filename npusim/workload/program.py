@@ -55,6 +55,25 @@ class BlendedSegment:
     name: str = ""
 
 
+@dataclass(frozen=True)
+class ChainedSegment:
+    """A segment timed as its parts run one after another: a pipeline stage cut at its
+    attention blocks (``segment_granularity: part``), so the dense parts between them
+    are shared by every batch with the same token count.
+
+    Each part starts when the one before it ends, except that the exposed start-up lead
+    of a part (the weight tiles it waits for before it computes) hides behind the part
+    before it when that one is an attention block (``parts`` are ``(segment, is
+    attention)`` pairs), up to that block's length: attention leaves the DMA idle, and
+    the stage graph would prefetch there.  Counters are the parts' own.  ``key``
+    identifies the chain and where it runs; it has no task graph of its own.
+    """
+
+    key: Hashable
+    parts: tuple[tuple[LazySegment, bool], ...]
+    name: str = ""
+
+
 @dataclass
 class Program:
     """Ordered segments plus workload-level facts for the metrics (tokens, FLOPs…)."""

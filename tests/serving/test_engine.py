@@ -104,22 +104,41 @@ def test_no_systolic_array_is_booked_twice_under_a_saturating_load():
     assert 0.5 < util[busiest] <= 1.0, (busiest, util[busiest])
 
 
-def test_part_granularity_hides_weight_prefetch_behind_attention_parts():
-    # Parts alternate [entry + dense][attention][dense]...; the exposed start-up load of
-    # a dense part runs in the shadow of the attention part before it, so the stage's
-    # parts take less than the sum of their makespans (that credit was once silently
-    # never applied).  Consecutive parts never start out of order.
-    result = serve(FUSION, "workload.segment_granularity=part", "workload.model=qwen3_4b")
-    rows = {label: (start, end) for _, label, start, end, _ in result.segment_rows}
+def test_part_granularity_times_each_stage_as_a_chain_of_its_parts():
+    # Parts alternate [entry + dense][attention][dense]...; a stage is one segment whose
+    # parts run back to back, the exposed start-up load of a dense part hidden in the
+    # shadow of the attention part before it, so the stage takes less than the sum of
+    # its parts (that credit was once silently never applied).  Traced, every part's
+    # tasks lie inside its stage's segment, and parts start in order.
+    result = serve(FUSION, "workload.segment_granularity=part", "workload.model=qwen3_4b",
+                   "run.trace=true")
+    rows = {index: (label, start, end) for index, label, start, end, _ in result.segment_rows}
+    ops = result.ops
+    stages = ops[ops["label"].str.contains(".stage")]
+    assert len(stages) and stages["label"].str.contains(r"\.stage\d+\.part\d+$").all()
     overlapped = 0
-    for label, (start, end) in rows.items():
-        stem, _, number = label.rpartition(".part")
-        following = rows.get(f"{stem}.part{int(number) + 1}") if stem else None
-        if following is None:
-            continue
-        assert start <= following[0] <= end, (label, start, end, following)
-        overlapped += following[0] < end
+    for index, tasks in stages.groupby("segment"):
+        label, start, end = rows[index]
+        assert tasks["start_ps"].min() >= start and tasks["end_ps"].max() <= end, label
+        firsts = tasks.groupby("label")["start_ps"].min()
+        ends = tasks.groupby("label")["end_ps"].max()
+        order = sorted(firsts.index, key=lambda name: int(name.rpartition(".part")[2]))
+        assert list(firsts[order]) == sorted(firsts[order]), label
+        overlapped += sum(ends[a] > firsts[b] for a, b in zip(order, order[1:]))
     assert overlapped > 0
+
+
+@pytest.mark.parametrize("granularity", ["stage", "part"])
+def test_traced_and_untraced_runs_count_the_same_work(granularity):
+    # Blends and chains count their parts' counters when totals are asked for; a traced
+    # run keeps the graphs, an untraced one compacts them: the totals must not differ.
+    runs = [serve(FUSION, f"workload.segment_granularity={granularity}", f"run.trace={trace}",
+                  "workload.trace.limit=16")
+            for trace in ("true", "false")]
+    traced, untraced = (r.metrics for r in runs)
+    assert traced["busy_by_op_ps"] == untraced["busy_by_op_ps"]
+    assert traced["unit_utilisation"] == untraced["unit_utilisation"]
+    assert traced["memo"]["blends"] > 0
 
 
 def test_serving_is_deterministic():

@@ -5,7 +5,7 @@ import pytest
 from npusim.api import _as_scenario, build_device, simulate
 from npusim.core import registry
 from npusim.executor.base import SegmentRun
-from npusim.executor.blend import blend_runs
+from npusim.executor.blend import blend_runs, chain_runs
 from npusim.executor.session import Session
 from npusim.serving.interpolation import decode_corners
 from npusim.serving.state import Entry, RequestState
@@ -51,6 +51,24 @@ def test_blend_rounds_the_weighted_mean_and_keeps_the_parts_for_counters():
         blend_runs([(1, a), (1, b)], 3)
 
 
+@pytest.mark.unit
+def test_a_chain_hides_each_lead_behind_the_attention_part_before_it():
+    dense = SegmentRun(None, [], [1000], {}, extra={"lead_ps": 300})
+    attention = SegmentRun(None, [], [200], {}, extra={"lead_ps": 0})
+    long_attention = SegmentRun(None, [], [500], {}, extra={"lead_ps": 0})
+    run = chain_runs([(dense, False), (attention, True), (dense, False),
+                      (long_attention, True), (dense, False), (dense, False)])
+    # The second dense part hides 200 ps (the attention before it is shorter than its
+    # 300 ps lead), the third all 300 ps; the fourth follows a dense part: nothing hidden.
+    assert [offset for offset, _ in run.extra["chain"]] == [0, 1000, 1000, 2000, 2200, 3200]
+    assert run.makespan_ps == 4 * 1000 + 200 + 500 - 200 - 300 == 4200
+    assert run.extra["lead_ps"] == 300
+    assert [part for _, _, part in run.extra["blend"]] == [dense, attention, dense,
+                                                           long_attention, dense, dense]
+    with pytest.raises(ValueError, match="part"):
+        chain_runs([])
+
+
 def _replica_and_session():
     scenario = _as_scenario(FUSION, ["run.trace=false"])
     device = build_device(scenario.hw)
@@ -72,8 +90,8 @@ def test_an_interpolated_stage_is_within_one_percent_of_the_exact_one():
     entries = _decodes([2355, 2355, 2355, 2355, 2356])
     exact = replica.segments(entries, 64, "stage", grid=None)
     blended = replica.segments(entries, 64, "stage", grid=4)
-    assert [label for _, label, _, _ in exact] == [label for _, label, _, _ in blended]
-    stages = [(e, b) for (_, _, e, _), (_, _, b, _) in zip(exact, blended) if isinstance(b, BlendedSegment)]
+    assert [label for _, label, _ in exact] == [label for _, label, _ in blended]
+    stages = [(e, b) for (_, _, e), (_, _, b) in zip(exact, blended) if isinstance(b, BlendedSegment)]
     assert len(stages) == len(replica.groups)  # every stage blended, the LM head exact
     for e, b in stages:
         assert isinstance(e, LazySegment) and len(b.parts) == 4
@@ -87,7 +105,7 @@ def test_an_interpolated_stage_is_within_one_percent_of_the_exact_one():
 @pytest.mark.component
 def test_a_recorded_blend_counts_its_parts_counters_with_their_weights():
     replica, session = _replica_and_session()
-    _, label, blend, _ = replica.segments(_decodes([300, 300, 301]), 64, "stage", grid=4)[4]
+    _, label, blend = replica.segments(_decodes([300, 300, 301]), 64, "stage", grid=4)[4]
     session.run(blend, label, 0)
     parts = [(w, session.time(p)[0]) for w, p in blend.parts]
     unit = "core0.sa" if "core0.sa" in parts[0][1].unit_stats else next(iter(parts[0][1].unit_stats))
