@@ -8,11 +8,14 @@ next to bare SimPy's timeout rate measured in the same process.
 Usage::
 
     python benchmarks/bench_serving.py [--trace PATH] [--limit 300] [--modes analytic tlm]
-        [--set PATH=VALUE ...] [--json FILE|-]
+        [--granularities stage part] [--set PATH=VALUE ...] [--json FILE|-]
 
 The trace is not in the repository: download AzureLLMInferenceTrace_conv.csv (see
 traces/README.md); the default path is the shared data directory of the dev machine.
-Targets: tlm under 60 s, analytic under 5 s on one core.  Not a timed test.
+Each mode runs with each ``workload.segment_granularity`` (``stage``: the default, every
+pipeline stage timed as one graph; ``part``: stages cut at attention blocks, the fast
+setting, see docs/serving.md).  Targets: tlm under 60 s, analytic under 5 s on one
+core.  Not a timed test.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--modes", nargs="+", default=["analytic", "tlm"])
+    parser.add_argument("--granularities", nargs="+", default=["stage", "part"],
+                        choices=["stage", "part"])
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -45,19 +50,19 @@ def main() -> None:
         sys.exit(f"trace not found: {args.trace} (download it, see traces/README.md)")
     report = {"trace": str(args.trace), "limit": args.limit, "overrides": args.overrides,
               "bare_simpy_timeouts_per_s": round(bare_simpy()), "runs": []}
-    for mode in args.modes:
+    for mode, granularity in [(m, g) for m in args.modes for g in args.granularities]:
         started = time.perf_counter()
         result = simulate(SCENARIO, mode=mode, overrides=[
             f"workload.trace={{file: '{args.trace}', limit: {args.limit}}}", "run.trace=false",
-            *args.overrides])
+            f"workload.segment_granularity={granularity}", *args.overrides])
         wall = time.perf_counter() - started
         m = result.metrics
-        run = {"mode": mode, "wall_s": round(wall, 2), "requests_finished": m["requests_finished"],
+        run = {"mode": mode, "granularity": granularity, "wall_s": round(wall, 2), "requests_finished": m["requests_finished"],
                "requests_rejected": m["requests_rejected"], "segments": m["segments"],
                "memo": m["memo"], "events": m["events"], "ttft_ms_mean": m["ttft_ms_mean"],
                "tbt_ms_mean": m["tbt_ms_mean"], "throughput_tokens_per_s": m["throughput_tokens_per_s"]}
         report["runs"].append(run)
-        print(f"{mode:>8}: {wall:7.1f} s wall | {m['requests_finished']}/{m['requests_total']} finished, "
+        print(f"{mode:>8} {granularity:>5}: {wall:7.1f} s wall | {m['requests_finished']}/{m['requests_total']} finished, "
               f"{m['requests_rejected']} rejected | {m['segments']:,} segments, memo hit rate "
               f"{m['memo']['hit_rate']:.3f} ({m['memo']['misses']} misses) | TTFT {m['ttft_ms_mean']:.1f} ms, "
               f"TBT {m['tbt_ms_mean']:.1f} ms, {m['throughput_tokens_per_s']:.1f} tokens/s")

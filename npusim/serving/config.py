@@ -134,13 +134,27 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                                       "linear in total context, so 2 is as close as 4 "
                                       "(mean error 0.166% vs 0.156%) with ~1/3 fewer "
                                       "grid batches to time.")
+    dense_interpolation: bool = Field(
+        True, description="With segment_granularity 'part': time a dense part (GEMMs, "
+                          "norms, residuals: work that depends only on the batch's token "
+                          "count) whose token count is off the grid as the linear "
+                          "interpolation of the dense parts at the two grid counts around "
+                          "it, so a trace times a few dozen token counts instead of every "
+                          "one it meets (error measured in docs/serving.md).")
+    dense_grid_points_per_octave: int = Field(
+        4, ge=1, le=1024, description="Grid points per octave of token count for "
+                                      "dense_interpolation (every count up to twice this "
+                                      "is on the grid).")
     segment_granularity: Literal["stage", "part"] = Field(
         "stage", description="'stage': each pipeline stage of an iteration is one timed "
-                             "segment (exact for its batch shape); 'part': stages are cut "
-                             "at attention blocks so far fewer distinct segments need "
-                             "timing (several times faster on long traces; loses the "
-                             "overlap of weight prefetch with attention, measured in "
-                             "docs/serving.md).")
+                             "segment (exact for its batch shape, every overlap inside the "
+                             "stage kept); 'part': a stage is timed as a chain of parts cut "
+                             "at its attention blocks, dense parts shared between batches of "
+                             "the same token count (about 2x faster in analytic mode and 4x "
+                             "in tlm on the Azure replay; loses the overlap across the cuts "
+                             "beyond the weight-prefetch credit: a few per cent higher "
+                             "latency with PD fusion, but ~1.5x the TBT of small-batch "
+                             "decode replicas; measured in docs/serving.md).")
     slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
     weight_tile_bytes: Bytes = Field(4 << 20, gt=0, description="Weight tile streamed from HBM.")
     stream_chunk_bytes: Bytes = Field(256 << 10, gt=0, description="Burst group of bulk streams.")

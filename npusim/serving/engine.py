@@ -139,7 +139,9 @@ class ServingDriver:
             segments = replica.segments(entries, self.config.kv_bucket_tokens,
                                         self.config.segment_granularity,
                                         self.config.decode_grid_points_per_octave
-                                        if self.config.decode_interpolation else None)
+                                        if self.config.decode_interpolation else None,
+                                        self.config.dense_grid_points_per_octave
+                                        if self.config.dense_interpolation else None)
             free = stage_free[replica.index]
             start = now
             stages = len(replica.groups)

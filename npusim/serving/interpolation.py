@@ -1,4 +1,5 @@
-"""Decode batches timed by interpolation between grid shapes.
+"""Batches timed by interpolation between grid shapes: decode batches (below) and, with
+``segment_granularity: part``, the dense parts of any batch (:func:`token_corners`).
 
 A decode-only iteration's stage graph depends on two numbers: how many sequences it
 decodes (``count``, the M of every GEMM) and how many keys their attention reads in
@@ -54,3 +55,19 @@ def decode_corners(count: int, total: int, bucket: int, points_per_octave: int
         return None
     corners = [(cw * tw, c, t) for cw, c in counts for tw, t in totals if cw * tw]
     return corners, count_denominator * step
+
+
+def token_corners(tokens: int, points_per_octave: int) -> tuple[list[tuple[int, int]], int] | None:
+    """Grid token counts and weights that interpolate a dense part (GEMMs, norms,
+    residuals: work that depends only on the batch's token count, the M of every GEMM)
+    of ``tokens`` tokens: ``([(weight, tokens_i), ...], denominator)``, or ``None`` on
+    the grid.  The grid has ``points_per_octave`` points per octave (every count up to
+    ``2 * points_per_octave`` is on it).  A dense part's time is the larger of weight
+    streaming (flat in M) and systolic folds (linear in M), so it is piecewise linear in
+    M and the interpolation is exact but near the crossing.
+    """
+    step = max(1, (1 << (tokens.bit_length() - 1)) // points_per_octave)
+    axis = _axis(tokens, step)
+    if len(axis) == 1:
+        return None
+    return list(axis), step

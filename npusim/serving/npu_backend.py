@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
-from npusim.serving.interpolation import decode_corners
+from npusim.serving.interpolation import decode_corners, token_corners
 from npusim.serving.state import Entry
 from npusim.strategies.npu.llm_mapping import split_layers
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
@@ -71,7 +71,8 @@ class Replica:
         return min(plan.kv_capacity_tokens for plan in self.plans)
 
     def segments(self, entries: list[Entry], bucket: int, granularity: str = "stage",
-                 grid: int | None = None) -> list[tuple[int, str, object]]:
+                 grid: int | None = None, token_grid: int | None = None
+                 ) -> list[tuple[int, str, object]]:
         """``(pipeline position, label, segment)`` for every stage, then the LM head if
         a token is sampled (position ``stages``).  With ``granularity="part"`` a stage
         is a :class:`ChainedSegment` of its parts (cut at attention blocks, see
@@ -81,8 +82,13 @@ class Replica:
         :class:`BlendedSegment` s of the grid shapes around it
         (:mod:`npusim.serving.interpolation`), unless it is on the grid; its LM head is
         exact.  Other batches have their contexts rounded up to ``bucket`` tokens.
-        Equal batch shapes get the same segment objects: a repeated shape costs a lookup.
+        With ``token_grid`` (points per octave) and parts, a dense part off the token
+        grid is the :class:`BlendedSegment` of the dense parts at the grid token counts
+        around it (:func:`token_corners`).  Equal batch shapes get the same segment
+        objects: a repeated shape costs a lookup.
         """
+        if granularity == "part" and token_grid:
+            granularity = ("part", token_grid)  # type: ignore[assignment]
         corners = None
         if grid is not None and all(e.new_tokens == 1 and e.context_len > 0 for e in entries):
             count, total = len(entries), sum(e.context_len for e in entries)
@@ -110,9 +116,11 @@ class Replica:
         return out
 
     def _stage_segments(self, chunks: tuple[SequenceChunk, ...] | tuple[int, int],
-                        granularity: str) -> list[tuple[int, str, LazySegment | ChainedSegment]]:
+                        granularity: str | tuple[str, int]
+                        ) -> list[tuple[int, str, LazySegment | ChainedSegment]]:
         """The stage (or part) segments of a batch of ``chunks`` (cached per shape), or
-        of ``(count, total)`` decode sequences spread evenly."""
+        of ``(count, total)`` decode sequences spread evenly.  ``("part", points per
+        octave)`` interpolates dense parts on that token grid."""
         if chunks and type(chunks[0]) is int:  # (count, total): spread only on a miss
             shape_key: tuple = ((), *chunks)
             chunks = None
@@ -137,20 +145,54 @@ class Replica:
                     functools.partial(self.builder.stage, group, previous, plan, chunks, label),
                     label, exact_key=True, lead_cores=lead)))
                 continue
-            parts = []
-            for number, (key, part) in enumerate(self.builder.stage_parts(plan, chunks, previous is None,
-                                                                          self.plan_keys[index])):
-                cores = ((previous.cores if previous and number == 0 else ()) + group.cores)
-                name = f"{label}.part{number}"
-                parts.append((LazySegment(
-                    (self.role, key), cores, functools.partial(self.builder.build_part, group,
-                                                  previous if number == 0 else None, plan,
-                                                  part, name), name, exact_key=True), key[1]))
+            cut = self.builder.stage_parts(plan, chunks, previous is None, self.plan_keys[index])
+            grid_cuts = (self._token_grid_cuts(chunks, index, granularity[1], cut)
+                         if isinstance(granularity, tuple) else None)
+            parts: list[tuple[LazySegment | BlendedSegment, bool]] = []
+            for number, (key, part) in enumerate(cut):
+                segment: LazySegment | BlendedSegment = self._part(index, number, key, part)
+                if grid_cuts and not key[1]:  # a dense part, off the token grid
+                    weights, denominator = grid_cuts
+                    corners = tuple((weight, self._part(index, number, *grid_cut[number]))
+                                    for weight, grid_cut in weights)
+                    segment = BlendedSegment(
+                        self.intern(("dense-blend", label, number, denominator,
+                                     tuple((weight, c.key) for weight, c in corners))),
+                        corners, denominator, segment.name)
+                parts.append((segment, key[1]))
             # The label fixes the cores, the part keys the shapes.
             chain_key = self.intern(("chain", label, tuple(segment.key for segment, _ in parts)))
             out.append((index, label, ChainedSegment(chain_key, tuple(parts), label)))
         self._stage_lists[(granularity, shape)] = out
         return out
+
+    def _part(self, index: int, number: int, key: tuple, part: tuple) -> LazySegment:
+        """Part ``number`` (from :meth:`StageBuilder.stage_parts`) of stage ``index``; the
+        first part receives the activations from the previous stage's cores."""
+        group, plan = self.groups[index], self.plans[index]
+        previous = self.groups[index - 1] if index and number == 0 else None
+        name = f"r{self.index}.stage{index}.part{number}"
+        return LazySegment((self.role, key), (previous.cores if previous else ()) + group.cores,
+                           functools.partial(self.builder.build_part, group, previous, plan,
+                                             part, name), name, exact_key=True)
+
+    def _token_grid_cuts(self, chunks: tuple[SequenceChunk, ...], index: int, points: int,
+                         cut: list[tuple[tuple, tuple]]
+                         ) -> tuple[list[tuple[int, list[tuple[tuple, tuple]]]], int] | None:
+        """The stage cut into parts for one prefill of each grid token count around the
+        batch's, with their weights, or ``None`` if the batch is on the grid or the cuts
+        do not line up (a dense part's work depends only on the token count, so the
+        grid batches' dense parts stand for the batch's)."""
+        corners = token_corners(sum(c.new_tokens for c in chunks), points)
+        if corners is None:
+            return None
+        weights, denominator = corners
+        cuts = [(weight, self.builder.stage_parts(self.plans[index], (SequenceChunk(tokens, 0, False),),
+                                                  index == 0, self.plan_keys[index]))
+                for weight, tokens in weights]
+        if any([key[1] for key, _ in grid_cut] != [key[1] for key, _ in cut] for _, grid_cut in cuts):
+            return None
+        return cuts, denominator
 
     def _blended(self, corners: list[tuple[int, int, int]], denominator: int, granularity: str
                  ) -> list[tuple[int, str, BlendedSegment]] | None:

@@ -70,7 +70,7 @@ class ChainedSegment:
     """
 
     key: Hashable
-    parts: tuple[tuple[LazySegment, bool], ...]
+    parts: tuple[tuple[LazySegment | BlendedSegment, bool], ...]
     name: str = ""
 
 

@@ -7,9 +7,10 @@ from npusim.core import registry
 from npusim.executor.base import SegmentRun
 from npusim.executor.blend import blend_runs, chain_runs
 from npusim.executor.session import Session
-from npusim.serving.interpolation import decode_corners
+from npusim.serving.interpolation import decode_corners, token_corners
 from npusim.serving.state import Entry, RequestState
 from npusim.workload.program import BlendedSegment, LazySegment
+from npusim.workload.layer_ops import SequenceChunk
 from npusim.workload.traces import Request
 
 FUSION = "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"
@@ -130,3 +131,29 @@ def test_interpolation_on_the_default_grid_matches_a_fine_grid_end_to_end():
     # Rounding contexts up (the path without interpolation) only ever adds work.
     assert rounded["tbt_ms_mean"] >= fine["tbt_ms_mean"]
     assert "blends" not in rounded["memo"]
+
+
+@pytest.mark.unit
+def test_token_corners_interpolate_between_grid_counts():
+    assert token_corners(16, 8) is None and token_corners(9, 8) is None  # small: on the grid
+    assert token_corners(512, 8) is None and token_corners(576, 8) is None  # step 64
+    corners, denominator = token_corners(530, 8)  # between 512 and 576 (step 64)
+    assert denominator == 64 and corners == [(46, 512), (18, 576)]
+    assert sum(w * t for w, t in corners) == 530 * denominator
+
+
+@pytest.mark.component
+def test_dense_parts_off_the_token_grid_are_blends_close_to_the_exact_stage():
+    replica, session = _replica_and_session()
+    # A mixed batch of 427 tokens (a 420-token prefill chunk and 7 decodes): its dense
+    # parts interpolate between 416 and 448 tokens; attention parts stay exact.
+    chunks = (SequenceChunk(420, 1024, True),) + tuple(SequenceChunk(1, 900 + i, True)
+                                                       for i in range(7))
+    exact = replica._stage_segments(chunks, "part")
+    approx = replica._stage_segments(chunks, ("part", 8))
+    for (_, _, e), (_, _, a) in zip(exact, approx):
+        kinds = [(type(p).__name__, att) for p, att in a.parts]
+        assert ("BlendedSegment", False) in kinds and ("BlendedSegment", True) not in kinds
+        assert all(type(p) is LazySegment for p, att in a.parts if att)
+        exact_ps, approx_ps = session.time(e)[0].makespan_ps, session.time(a)[0].makespan_ps
+        assert abs(approx_ps / exact_ps - 1) < 0.005
