@@ -152,9 +152,9 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                              "at its attention blocks, dense parts shared between batches of "
                              "the same token count (about 2x faster in analytic mode and 4x "
                              "in tlm on the Azure replay; loses the overlap across the cuts "
-                             "beyond the weight-prefetch credit: a few per cent higher "
-                             "latency with PD fusion, but ~1.5x the TBT of small-batch "
-                             "decode replicas; measured in docs/serving.md).")
+                             "beyond the weight-prefetch credit: stages 1-2% slower with "
+                             "prefill, 5-13% for decode-only batches, measured in "
+                             "docs/serving.md).")
     slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
     weight_tile_bytes: Bytes = Field(4 << 20, gt=0, description="Weight tile streamed from HBM.")
     stream_chunk_bytes: Bytes = Field(256 << 10, gt=0, description="Burst group of bulk streams.")
