@@ -220,7 +220,8 @@ class Replica:
         everyone = Group(self.cores)
         label = f"r{self.index}.lm_head"
         return [(len(self.groups), label, LazySegment(
-            ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram, len(chunks),
+            # The graph depends on the sampled rows only (one per sampling sequence).
+            ("serve-lm_head", self.role, self.plans[-1].lm_head_in_sram,
              sum(c.sample for c in chunks)), cores,
             functools.partial(self.builder.lm_head, self.groups[-1], everyone,
                               self.plans[-1], chunks), label, exact_key=True))]
