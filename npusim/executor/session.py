@@ -66,69 +66,59 @@ class Session:
              ) -> tuple[SegmentRun, bool]:
         """Timing of ``segment`` on an idle device, without recording it."""
         if isinstance(segment, BlendedSegment):
-            return self._blend(segment)
+            weights = [weight for weight, _ in segment.parts]
+            return self._composite(segment, [part for _, part in segment.parts],
+                                   lambda runs, events, transactions: blend_runs(
+                                       list(zip(weights, runs)), segment.denominator,
+                                       events, transactions))
         if isinstance(segment, ChainedSegment):
-            return self._chain(segment)
+            attention = [is_attention for _, is_attention in segment.parts]
+            return self._composite(segment, [part for part, _ in segment.parts],
+                                   lambda runs, events, transactions: chain_runs(
+                                       list(zip(runs, attention)), events, transactions))
         if isinstance(segment, LazySegment):
             def compute() -> SegmentRun:
                 graph = prepare(segment.build(), self.device)
                 if segment.exact_key:
                     self.memo.misses += 1
                     run = self._execute(graph)
-                    # Per-op busy time now, while the graph is here: later hits are
-                    # copies without it that share this ``extra``.
+                    # Per-op busy time and start-up lead now, while the graph is here:
+                    # later hits are copies without it that share this ``extra``.
                     busy_by_op(run)
+                    if "lead_ps" not in run.extra:
+                        run.extra["lead_ps"] = lead_time(run)
                     return self._compact(run)
                 return self.memo.run(graph, self._execute)[0]
             return self.memo.lazy_run(segment.key, segment.cores, compute, segment.lead_cores)
         return self.memo.run(self.prepared(segment), self._execute)
 
-    def _blend(self, segment: BlendedSegment) -> tuple[SegmentRun, bool]:
-        """The blended run of ``segment`` (computed once per key): its parts are timed
-        through the memo like any lazy segment.  It counts as reused when every part
-        was already known."""
+    def _composite(self, segment: BlendedSegment | ChainedSegment, parts: list,
+                   compose) -> tuple[SegmentRun, bool]:
+        """The run of a blend or chain (computed once per key by ``compose(part runs,
+        events, transactions)``): its parts are timed through the memo like any lazy
+        segment, and the events are those of the parts not known yet.  It counts as
+        reused when every part was already known."""
         run = self._composites.get(segment.key) if self.memo.enabled else None
         if run is not None:
             self.memo.hits += 1
             return run, True
-        timed = [(weight, self.time(part)) for weight, part in segment.parts]
-        new = [part_run for _, (part_run, hit) in timed if not hit]
-        run = blend_runs(
-            [(weight, part_run) for weight, (part_run, _) in timed], segment.denominator,
-            events=sum(r.events for r in new), transactions=sum(r.transactions for r in new))
+        timed = [self.time(part) for part in parts]
+        new = [part_run for part_run, hit in timed if not hit]
+        run = compose([part_run for part_run, _ in timed], sum(r.events for r in new),
+                      sum(r.transactions for r in new))
         if self.memo.enabled:
             self._composites[segment.key] = run
-        self.memo.blends += 1
-        return run, not new
-
-    def _chain(self, segment: ChainedSegment) -> tuple[SegmentRun, bool]:
-        """The run of a stage as its parts back to back (computed once per key; the
-        parts are timed through the memo).  Reused when every part was known."""
-        run = self._composites.get(segment.key) if self.memo.enabled else None
-        if run is not None:
-            self.memo.hits += 1
-            return run, True
-        timed = [(self.time(part), is_attention) for part, is_attention in segment.parts]
-        for (part_run, _), _ in timed:  # the lead decides what hides behind attention
-            if "lead_ps" not in part_run.extra and part_run.graph is not None:
-                part_run.extra["lead_ps"] = lead_time(part_run)
-        new = [part_run for (part_run, hit), _ in timed if not hit]
-        run = chain_runs([(part_run, is_attention) for (part_run, _), is_attention in timed],
-                         events=sum(r.events for r in new),
-                         transactions=sum(r.transactions for r in new))
-        if self.memo.enabled:
-            self._composites[segment.key] = run
+        if isinstance(segment, BlendedSegment):
+            self.memo.blends += 1
         return run, not new
 
     def _compact(self, run: SegmentRun) -> SegmentRun:
         """Once no more per-task rows will be recorded, keep only what later hits need
-        (makespan, counters, per-op busy time, start-up lead): a long serving run stores
-        thousands of timed segments, and their graphs would fill the memory."""
+        (makespan, counters, and the per-op busy time and start-up lead the caller has
+        put in ``extra``): a long serving run stores thousands of timed segments, and
+        their graphs would fill the memory."""
         if self.trace and len(self.columns["task"]) < self.trace_max_tasks:
             return run
-        busy_by_op(run)
-        if "lead_ps" not in run.extra:
-            run.extra["lead_ps"] = lead_time(run)
         return SegmentRun(None, [], [run.makespan_ps],  # type: ignore[arg-type]
                           run.unit_stats, run.events, run.transactions, run.extra)
 

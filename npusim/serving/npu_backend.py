@@ -87,47 +87,48 @@ class Replica:
         around it (:func:`token_corners`).  Equal batch shapes get the same segment
         objects: a repeated shape costs a lookup.
         """
-        if granularity == "part" and token_grid:
-            granularity = ("part", token_grid)  # type: ignore[assignment]
+        if granularity != "part":
+            token_grid = None  # dense parts exist only when stages are cut
         corners = None
         if grid is not None and all(e.new_tokens == 1 and e.context_len > 0 for e in entries):
             count, total = len(entries), sum(e.context_len for e in entries)
             corners = decode_corners(count, total, bucket, grid)
         if corners is None:
             chunks = _bucketed(entries, bucket)
-            cache_key: tuple = (granularity, _shape_key(chunks))
+            cache_key: tuple = (granularity, token_grid, _shape_key(chunks))
         else:
             # Decode-only: the shape is (no prefills, count, total); the evenly spread
             # chunks are made only when a segment has to be built.
             chunks = None
             if len(corners[0]) == 1:  # on the grid: the grid shape itself
                 corners = None
-                cache_key = (granularity, ((), count, total))
+                cache_key = (granularity, token_grid, ((), count, total))
             else:
-                cache_key = (granularity, "blend", grid, count, total)
+                cache_key = (granularity, token_grid, "blend", grid, count, total)
         cached = self._segments.get(cache_key)
         if cached is not None:
             return cached
         if chunks is None:
             chunks = _spread(count, total)
-        stages = self._blended(*corners, granularity) if corners else None
-        out = (stages or self._stage_segments(chunks, granularity)) + self._lm_head(chunks)
+        stages = self._blended(*corners, granularity, token_grid) if corners else None
+        out = ((stages or self._stage_segments(chunks, granularity, token_grid))
+               + self._lm_head(chunks))
         self._segments[cache_key] = out
         return out
 
     def _stage_segments(self, chunks: tuple[SequenceChunk, ...] | tuple[int, int],
-                        granularity: str | tuple[str, int]
+                        granularity: str, token_grid: int | None = None
                         ) -> list[tuple[int, str, LazySegment | ChainedSegment]]:
         """The stage (or part) segments of a batch of ``chunks`` (cached per shape), or
-        of ``(count, total)`` decode sequences spread evenly.  ``("part", points per
-        octave)`` interpolates dense parts on that token grid."""
+        of ``(count, total)`` decode sequences spread evenly; with parts and a
+        ``token_grid`` (points per octave), dense parts off that grid are blends."""
         if chunks and type(chunks[0]) is int:  # (count, total): spread only on a miss
             shape_key: tuple = ((), *chunks)
             chunks = None
         else:
             shape_key = _shape_key(chunks)
         shape = self.intern(shape_key)
-        cached = self._stage_lists.get((granularity, shape))
+        cached = self._stage_lists.get((granularity, token_grid, shape))
         if cached is not None:
             return cached
         if chunks is None:
@@ -146,8 +147,7 @@ class Replica:
                     label, exact_key=True, lead_cores=lead)))
                 continue
             cut = self.builder.stage_parts(plan, chunks, previous is None, self.plan_keys[index])
-            grid_cuts = (self._token_grid_cuts(chunks, index, granularity[1], cut)
-                         if isinstance(granularity, tuple) else None)
+            grid_cuts = self._token_grid_cuts(chunks, index, token_grid, cut) if token_grid else None
             parts: list[tuple[LazySegment | BlendedSegment, bool]] = []
             for number, (key, part) in enumerate(cut):
                 segment: LazySegment | BlendedSegment = self._part(index, number, key, part)
@@ -163,7 +163,7 @@ class Replica:
             # The label fixes the cores, the part keys the shapes.
             chain_key = self.intern(("chain", label, tuple(segment.key for segment, _ in parts)))
             out.append((index, label, ChainedSegment(chain_key, tuple(parts), label)))
-        self._stage_lists[(granularity, shape)] = out
+        self._stage_lists[(granularity, token_grid, shape)] = out
         return out
 
     def _part(self, index: int, number: int, key: tuple, part: tuple) -> LazySegment:
@@ -194,11 +194,11 @@ class Replica:
             return None
         return cuts, denominator
 
-    def _blended(self, corners: list[tuple[int, int, int]], denominator: int, granularity: str
-                 ) -> list[tuple[int, str, BlendedSegment]] | None:
-        """Each stage (part) as the blend of its segments at the ``corners`` shapes, or
-        ``None`` if the corner shapes do not cut into the same segments."""
-        lists = [(weight, self._stage_segments((count, total), granularity))
+    def _blended(self, corners: list[tuple[int, int, int]], denominator: int, granularity: str,
+                 token_grid: int | None = None) -> list[tuple[int, str, BlendedSegment]] | None:
+        """Each stage as the blend of its segments at the ``corners`` shapes, or ``None``
+        if the corner shapes do not cut into the same segments."""
+        lists = [(weight, self._stage_segments((count, total), granularity, token_grid))
                  for weight, count, total in corners]
         first = lists[0][1]
         if any([(p, label) for p, label, _ in segments] != [(p, label) for p, label, _ in first]

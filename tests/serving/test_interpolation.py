@@ -150,7 +150,7 @@ def test_dense_parts_off_the_token_grid_are_blends_close_to_the_exact_stage():
     chunks = (SequenceChunk(420, 1024, True),) + tuple(SequenceChunk(1, 900 + i, True)
                                                        for i in range(7))
     exact = replica._stage_segments(chunks, "part")
-    approx = replica._stage_segments(chunks, ("part", 8))
+    approx = replica._stage_segments(chunks, "part", token_grid=8)
     for (_, _, e), (_, _, a) in zip(exact, approx):
         kinds = [(type(p).__name__, att) for p, att in a.parts]
         assert ("BlendedSegment", False) in kinds and ("BlendedSegment", True) not in kinds
