@@ -62,10 +62,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     transfer_get = transfers.get
     analytic_transfer = device.analytic_transfer
     transfer_cache_get = device.analytic_cache.get
-    # Busy time of transfers and of host tasks that hold a resource, and the first
-    # compute start (the segment's exposed start-up lead), gathered on the way.
+    # Busy time of transfers and of host tasks that hold a resource, gathered on the way.
     transfer_busy = host_busy = 0
-    lead = -1
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
@@ -86,8 +84,6 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if start < ready:
                 start = ready
             unit_free[unit] = start + duration
-            if start < lead or lead < 0:
-                lead = start
         elif kind is TransferTask:
             # The device's cache of closed forms, looked up here without a method call
             # (a stage graph has hundreds of transfers; the key is the cache's own).
@@ -141,7 +137,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     if host_busy:
         busy["host"] = host_busy
     return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0,
-                      extra={"busy_by_name": busy, "lead_ps": max(lead, 0)})
+                      extra={"busy_by_name": busy})
 
 
 _COUNTERS = ("busy_ps", "ops", "flops", "bytes_read", "bytes_written", "transactions")

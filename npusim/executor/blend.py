@@ -4,9 +4,10 @@ and chains (a stage timed as its parts back to back).
 The serving engine times decode batches at grid shapes and interpolates between them
 (:class:`~npusim.workload.program.BlendedSegment`).  A blend is asked for once per
 distinct batch, and batches rarely repeat exactly (contexts grow every iteration), so
-it must cost next to nothing: the makespan and the start-up lead are blended at once
-(``sum(weight * value) / denominator`` rounded, in integer arithmetic, so the result
-does not depend on floating-point order), while the counters (per unit, per operator)
+it must cost next to nothing: the makespan (and a chain part's prefetch profile) is
+blended at once (``sum(weight * value) / denominator`` rounded, in integer arithmetic,
+so the result does not depend on floating-point order), while the counters (per unit,
+per operator)
 are not copied: the blend lists its parts with their integer weights over the common
 denominator, and the session adds each part's counters with that weight when it records
 the segment (summing numerators per denominator, then once in integers scaled by the
@@ -30,7 +31,8 @@ def blend_runs(parts: list[tuple[int, SegmentRun]], denominator: int, events: in
     """A run standing for ``sum(weight * run) / denominator``.
 
     ``parts`` must have positive integer weights summing to ``denominator`` and be placed
-    on the same cores.  The returned run has the blended makespan and ``lead_ps``, no
+    on the same cores.  The returned run has the blended makespan (and prefetch profile,
+    see :func:`chain_runs`, if every part has one), no
     counters of its own and ``extra["blend"]``: ``(weight, denominator, part run)``
     triples whose counters stand for it.  ``events`` and ``transactions`` are the work done to
     time the blend (the parts that were not memoised yet), which the caller knows.
@@ -40,36 +42,52 @@ def blend_runs(parts: list[tuple[int, SegmentRun]], denominator: int, events: in
         raise ValueError(f"blend weights {[w for w, _ in parts]} must be positive and sum "
                          f"to {denominator}")
     makespan = _mean([(weight, run.makespan_ps) for weight, run in parts], denominator)
-    lead = _mean([(weight, run.extra.get("lead_ps", 0)) for weight, run in parts], denominator)
+    extra: dict = {}
+    if all("prefetched_ps" in run.extra for _, run in parts):  # parts of a chain
+        for name in ("prefetch_ps", "prefetched_ps"):
+            extra[name] = _mean([(weight, run.extra[name]) for weight, run in parts],
+                                denominator)
     # A part may itself be composite (a chain): the session hands counts down level by
     # level.
     blend = tuple((weight, denominator, run) for weight, run in parts)
     return SegmentRun(None, [], [makespan], {},  # type: ignore[arg-type]
                       events=events, transactions=transactions,
-                      extra={"lead_ps": lead, "blend": blend})
+                      extra={**extra, "blend": blend})
 
 
-def chain_runs(parts: list[tuple[SegmentRun, bool]], events: int = 0, transactions: int = 0
-               ) -> SegmentRun:
-    """A run standing for ``parts`` (``(run, is attention)``) back to back, as
-    :class:`~npusim.workload.program.ChainedSegment` describes: each part's start-up lead
-    hides behind a preceding attention part, up to that part's makespan.  Counters are
-    the parts' (``extra["blend"]`` with weight 1); the lead is the first part's, and
-    ``extra["chain"]`` lists ``(offset, run)`` of every part (where its tasks ran)."""
+def chain_runs(parts: list[SegmentRun], events: int = 0, transactions: int = 0) -> SegmentRun:
+    """A run standing for ``parts`` run one after another on the same cores, as
+    :class:`~npusim.workload.program.ChainedSegment` describes.
+
+    A part's computation starts when the part before it ends; its prefetchable loads
+    (``extra["prefetch_ps"]``: how long they take from a cold start) start once the
+    loads of the parts before it are done.  With a head start ``h`` of its loads over
+    its computation a part takes ``max(prefetched_ps, makespan_ps - h)``: its time falls
+    one for one with the head start down to its time with those loads done
+    (``extra["prefetched_ps"]``), as measured on the stage graphs (docs/serving.md).  A
+    part without these keys gets no head start.  Counters are the parts'
+    (``extra["blend"]`` with weight 1); ``extra["chain"]`` lists ``(offset, run, head start)`` of
+    every part, where its own schedule starts and the head start its loads have (a traced
+    part is timed again with that head start for its task rows)."""
     if not parts:
         raise ValueError("a chain needs at least one part")
-    makespan = shadow = 0
+    end = loads_done = 0
     offsets = []
-    for run, is_attention in parts:
-        makespan -= min(shadow, run.extra.get("lead_ps", 0))
-        offsets.append((makespan, run))
-        makespan += run.makespan_ps
-        shadow = run.makespan_ps if is_attention else 0
-    counted = tuple((1, 1, run) for run, _ in parts)
-    return SegmentRun(None, [], [makespan], {},  # type: ignore[arg-type]
+    for run in parts:
+        makespan = run.makespan_ps
+        prefetch = run.extra.get("prefetch_ps", 0)
+        if prefetch:
+            # Its loads start at loads_done, its computation at end (or with its loads).
+            offsets.append((loads_done, run, max(end - loads_done, 0)))
+            end = max(end + run.extra["prefetched_ps"], loads_done + makespan)
+            loads_done += prefetch
+        else:
+            offsets.append((end, run, 0))
+            end += makespan
+    counted = tuple((1, 1, run) for run in parts)
+    return SegmentRun(None, [], [end], {},  # type: ignore[arg-type]
                       events=events, transactions=transactions,
-                      extra={"lead_ps": parts[0][0].extra.get("lead_ps", 0), "blend": counted,
-                             "chain": tuple(offsets)})
+                      extra={"blend": counted, "chain": tuple(offsets)})
 
 
 def tally(weights: dict[int, int], weight: int, denominator: int) -> None:

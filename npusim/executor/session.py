@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -20,6 +21,7 @@ from npusim.executor.blend import (blend_runs, chain_runs, common_scale, scaled_
                                    unscale)
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.tlm import run_tlm
+from npusim.hw.base import MemoryTarget
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 from npusim.metrics.result import OP_COLUMNS
 from npusim.workload.program import BlendedSegment, ChainedSegment, LazySegment
@@ -40,6 +42,7 @@ class Session:
         self.memo = SegmentMemo(enabled=memoize, canonical=device.canonical_cores)
         self._prepared: dict[int, tuple[TaskGraph, TaskGraph]] = {}
         self._composites: dict = {}  # BlendedSegment / ChainedSegment key -> its run
+        self._off_chip_names: dict[str, bool] = {}
         self.columns: dict[str, list] = {name: [] for name in OP_COLUMNS}
         # Per-unit counters are summed lazily: each distinct stats dict (memo hits share
         # them) is kept once with the number of times it occurred.
@@ -72,25 +75,62 @@ class Session:
                                        list(zip(weights, runs)), segment.denominator,
                                        events, transactions))
         if isinstance(segment, ChainedSegment):
-            attention = [is_attention for _, is_attention in segment.parts]
-            return self._composite(segment, [part for part, _ in segment.parts],
-                                   lambda runs, events, transactions: chain_runs(
-                                       list(zip(runs, attention)), events, transactions))
+            return self._composite(segment, list(segment.parts), chain_runs)
         if isinstance(segment, LazySegment):
             def compute() -> SegmentRun:
                 graph = prepare(segment.build(), self.device)
                 if segment.exact_key:
                     self.memo.misses += 1
                     run = self._execute(graph)
-                    # Per-op busy time and start-up lead now, while the graph is here:
-                    # later hits are copies without it that share this ``extra``.
+                    # Per-op busy time (and a chain part's prefetch profile) now, while
+                    # the graph is here: later hits are copies without it that share
+                    # this ``extra``.
                     busy_by_op(run)
-                    if "lead_ps" not in run.extra:
-                        run.extra["lead_ps"] = lead_time(run)
+                    if segment.prefetch:
+                        self._measure_prefetch(graph, run)
                     return self._compact(run)
-                return self.memo.run(graph, self._execute)[0]
+                run = self.memo.run(graph, self._execute)[0]
+                if segment.prefetch and "prefetched_ps" not in run.extra:
+                    self._measure_prefetch(graph, run)
+                return run
             return self.memo.lazy_run(segment.key, segment.cores, compute, segment.lead_cores)
         return self.memo.run(self.prepared(segment), self._execute)
+
+    def _measure_prefetch(self, graph: TaskGraph, run: SegmentRun) -> None:
+        """Put the prefetch profile of ``graph`` (timed as ``run``) in ``run.extra``: when
+        its prefetchable loads end (``prefetch_ps``) and its makespan with them already
+        done (``prefetched_ps``, a second run of the graph without them), for
+        :func:`~npusim.executor.blend.chain_runs`.  A load is prefetchable if it reads
+        an off-chip memory and waits only for other prefetchable loads."""
+        flags = self._prefetchable(graph)
+        if not any(flags):
+            run.extra.update(prefetch_ps=0, prefetched_ps=run.makespan_ps)
+            return
+        loaded = TaskGraph(name=graph.name)
+        loaded.tasks = [HostTask(0, "none", task.deps, task.name, task.id) if flag else task
+                        for task, flag in zip(graph.tasks, flags)]
+        warm = self._execute(loaded)
+        run.events += warm.events  # the simulator's work, not the hardware's
+        run.extra.update(prefetch_ps=max(end for flag, end in zip(flags, run.ends) if flag),
+                         prefetched_ps=warm.makespan_ps)
+
+    def _prefetchable(self, graph: TaskGraph) -> list[bool]:
+        """Per task of ``graph``: whether it is a prefetchable load."""
+        off_chip = self._off_chip
+        flags: list[bool] = []
+        for task in graph.tasks:
+            flags.append(type(task) is TransferTask and off_chip(task.src)
+                         and all(flags[dep] for dep in task.deps))
+        return flags
+
+    def _off_chip(self, endpoint: str) -> bool:
+        """Whether ``endpoint`` is a memory off the chip (cached per endpoint name)."""
+        known = self._off_chip_names.get(endpoint)
+        if known is None:
+            part = self.device.parts.get(endpoint)
+            known = self._off_chip_names[endpoint] = (isinstance(part, MemoryTarget)
+                                                      and not part.on_chip)
+        return known
 
     def _composite(self, segment: BlendedSegment | ChainedSegment, parts: list,
                    compose) -> tuple[SegmentRun, bool]:
@@ -114,8 +154,7 @@ class Session:
 
     def _compact(self, run: SegmentRun) -> SegmentRun:
         """Once no more per-task rows will be recorded, keep only what later hits need
-        (makespan, counters, and the per-op busy time and start-up lead the caller has
-        put in ``extra``): a long serving run stores thousands of timed segments, and
+        (makespan, counters, and what the caller has put in ``extra``): a long serving run stores thousands of timed segments, and
         their graphs would fill the memory."""
         if self.trace and len(self.columns["task"]) < self.trace_max_tasks:
             return run
@@ -126,14 +165,13 @@ class Session:
             start_ps: int) -> SegmentRun:
         """Time ``segment`` and record it as running from ``start_ps``."""
         run, reused = self.time(segment)
-        if "lead_ps" not in run.extra and run.graph is not None:
-            run.extra["lead_ps"] = lead_time(run)
         index = len(self.segment_rows)
         if self.trace:
             if isinstance(segment, ChainedSegment):  # each part's tasks where it ran
-                for (offset, part_run), (part, _) in zip(run.extra["chain"], segment.parts):
+                for (offset, part_run, head_ps), part in zip(run.extra["chain"], segment.parts):
                     self._trace_tasks(part, part_run, index,
-                                      label + part.name[len(segment.name):], start_ps + offset)
+                                      label + part.name[len(segment.name):], start_ps + offset,
+                                      head_ps)
             else:
                 self._trace_tasks(segment, run, index, label, start_ps)
         self.segment_rows.append((index, label, start_ps, start_ps + run.makespan_ps, reused))
@@ -183,16 +221,33 @@ class Session:
                             self._count(part, numerator * weight, outer_denominator * denominator)
             level = below
 
-    def _trace_tasks(self, segment, run: SegmentRun, index: int, label: str, start_ps: int
-                     ) -> None:
-        """Per-task rows of ``run`` while under the cap (blends have none)."""
+    def _trace_tasks(self, segment, run: SegmentRun, index: int, label: str, start_ps: int,
+                     head_start_ps: int = 0) -> None:
+        """Per-task rows of ``run`` while under the cap (blends have none); a chain part
+        whose loads have a head start is timed again with it for its rows."""
         if not run.starts or len(self.columns["task"]) + len(run.starts) > self.trace_max_tasks:
             return
         if run.graph is None:  # a lazy hit: build the graph only for its task names
             assert isinstance(segment, LazySegment)
             run = SegmentRun(prepare(segment.build(), self.device), run.starts, run.ends,
                              run.unit_stats, run.events, run.transactions, run.extra)
+        if head_start_ps:
+            run = self._head_start_run(run.graph, head_start_ps)
         append_rows(self.columns, run, index, label, start_ps)
+
+    def _head_start_run(self, graph: TaskGraph, head_start_ps: int) -> SegmentRun:
+        """``graph`` timed with its prefetchable loads issued ``head_start_ps`` before
+        everything else (a gate in front of the rest), indexed like ``graph``."""
+        flags = self._prefetchable(graph)
+        gated = TaskGraph(name=graph.name)
+        gated.tasks = [HostTask(head_start_ps, "none", (), "head start", 0)]
+        for task, flag in zip(graph.tasks, flags):
+            deps = tuple(dep + 1 for dep in task.deps)
+            if not flag and all(flags[dep] for dep in task.deps):
+                deps += (0,)
+            gated.tasks.append(replace(task, deps=deps, id=task.id + 1))
+        run = self._execute(gated)
+        return SegmentRun(graph, run.starts[1:], run.ends[1:], run.unit_stats)
 
     @property
     def busy_by_op(self) -> dict[str, int]:
@@ -231,14 +286,6 @@ class Session:
 
     def unit_stats(self) -> dict[str, dict[str, int]]:
         return {unit: dict(stats) for unit, stats in sorted(self.totals.items())}
-
-
-def lead_time(run: SegmentRun) -> int:
-    """How long the segment waits before its first computation starts (its exposed
-    start-up loads): what a prefetch during the previous segment could hide."""
-    # Task ids are positions in the graph, so starts line up with tasks.
-    return min((start for task, start in zip(run.graph.tasks, run.starts)
-                if isinstance(task, ComputeTask)), default=0)
 
 
 def task_fields(task) -> tuple[str, str, str, int, int]:

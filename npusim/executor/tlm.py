@@ -93,8 +93,10 @@ def run_tlm(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         else:
             assert isinstance(task, HostTask)
             name = host_resource(task)
-            if name is None:
+            if name is None:  # a join, or a delay that holds nothing
                 starts[task.id] = env.now
+                if task.duration_ps:
+                    yield env.timeout(task.duration_ps)
             else:
                 with resource(name).request() as slot:
                     yield slot

@@ -137,6 +137,10 @@ class MemoryTarget(Component):
     """A memory level: DRAM channel or system, SRAM scratchpad, flash."""
 
     category = "memory"
+    #: On the chip (a scratchpad): data leaving it was produced on the chip.  A load out
+    #: of an off-chip memory (weights, KV cache) that waits for nothing else can instead
+    #: be issued ahead of the computation that needs it (prefetch).
+    on_chip = False
 
     def access_time_ps(self, size_bytes: int, is_write: bool = False,
                        pattern: AccessPattern = SEQUENTIAL) -> int:

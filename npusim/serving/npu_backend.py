@@ -148,7 +148,7 @@ class Replica:
                 continue
             cut = self.builder.stage_parts(plan, chunks, previous is None, self.plan_keys[index])
             grid_cuts = self._token_grid_cuts(chunks, index, token_grid, cut) if token_grid else None
-            parts: list[tuple[LazySegment | BlendedSegment, bool]] = []
+            parts: list[LazySegment | BlendedSegment] = []
             for number, (key, part) in enumerate(cut):
                 segment: LazySegment | BlendedSegment = self._part(index, number, key, part)
                 if grid_cuts and not key[1]:  # a dense part, off the token grid
@@ -159,9 +159,9 @@ class Replica:
                         self.intern(("dense-blend", label, number, denominator,
                                      tuple((weight, c.key) for weight, c in corners))),
                         corners, denominator, segment.name)
-                parts.append((segment, key[1]))
+                parts.append(segment)
             # The label fixes the cores, the part keys the shapes.
-            chain_key = self.intern(("chain", label, tuple(segment.key for segment, _ in parts)))
+            chain_key = self.intern(("chain", label, tuple(segment.key for segment in parts)))
             out.append((index, label, ChainedSegment(chain_key, tuple(parts), label)))
         self._stage_lists[(granularity, token_grid, shape)] = out
         return out
@@ -174,7 +174,7 @@ class Replica:
         name = f"r{self.index}.stage{index}.part{number}"
         return LazySegment((self.role, key), (previous.cores if previous else ()) + group.cores,
                            functools.partial(self.builder.build_part, group, previous, plan,
-                                             part, name), name, exact_key=True)
+                                             part, name), name, exact_key=True, prefetch=True)
 
     def _token_grid_cuts(self, chunks: tuple[SequenceChunk, ...], index: int, points: int,
                          cut: list[tuple[tuple, tuple]]

@@ -36,6 +36,8 @@ class LazySegment:
     #: stage, which sends the activations) whose placement the key describes itself,
     #: by hop distances: they are not part of the placement key.
     lead_cores: int = 0
+    #: A part of a :class:`ChainedSegment`: a miss also measures its prefetch profile.
+    prefetch: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,17 @@ class ChainedSegment:
     attention blocks (``segment_granularity: part``), so the dense parts between them
     are shared by every batch with the same token count.
 
-    Each part starts when the one before it ends, except that the exposed start-up lead
-    of a part (the weight tiles it waits for before it computes) hides behind the part
-    before it when that one is an attention block (``parts`` are ``(segment, is
-    attention)`` pairs), up to that block's length: attention leaves the DMA idle, and
-    the stage graph would prefetch there.  Counters are the parts' own.  ``key``
+    Each part's computation starts when the part before it ends, while its prefetchable
+    loads (weight tiles and KV cache from off-chip memory, which wait for nothing in the
+    stage graph) start as soon as the loads of the parts before it are done: the parts
+    are lazy segments with ``prefetch=True``, whose misses also measure how long those
+    loads take and how long the part runs once they are done (see
+    :func:`~npusim.executor.blend.chain_runs`).  Counters are the parts' own.  ``key``
     identifies the chain and where it runs; it has no task graph of its own.
     """
 
     key: Hashable
-    parts: tuple[tuple[LazySegment | BlendedSegment, bool], ...]
+    parts: tuple[LazySegment | BlendedSegment, ...]
     name: str = ""
 
 

@@ -42,30 +42,43 @@ def test_single_sequences_and_too_short_contexts_are_not_interpolated(count, tot
 
 @pytest.mark.unit
 def test_blend_rounds_the_weighted_mean_and_keeps_the_parts_for_counters():
-    a = SegmentRun(None, [], [1000], {"u": {"busy_ps": 10}}, extra={"lead_ps": 4})
-    b = SegmentRun(None, [], [2001], {"u": {"busy_ps": 30}}, extra={"lead_ps": 8})
+    a = SegmentRun(None, [], [1000], {"u": {"busy_ps": 10}},
+                   extra={"prefetch_ps": 400, "prefetched_ps": 800})
+    b = SegmentRun(None, [], [2001], {"u": {"busy_ps": 30}},
+                   extra={"prefetch_ps": 800, "prefetched_ps": 1601})
     run = blend_runs([(1, a), (3, b)], 4)
     assert run.makespan_ps == (1000 + 3 * 2001 + 2) // 4 == 1751   # 1750.75 rounds up
-    assert run.extra["lead_ps"] == 7
+    assert (run.extra["prefetch_ps"], run.extra["prefetched_ps"]) == (700, 1401)
     assert run.extra["blend"] == ((1, 4, a), (3, 4, b))
+    # Without a profile on every part (not chain parts), the blend has none either.
+    plain = SegmentRun(None, [], [1000], {})
+    assert "prefetched_ps" not in blend_runs([(1, a), (1, plain)], 2).extra
     with pytest.raises(ValueError, match="sum"):
         blend_runs([(1, a), (1, b)], 3)
 
 
 @pytest.mark.unit
-def test_a_chain_hides_each_lead_behind_the_attention_part_before_it():
-    dense = SegmentRun(None, [], [1000], {}, extra={"lead_ps": 300})
-    attention = SegmentRun(None, [], [200], {}, extra={"lead_ps": 0})
-    long_attention = SegmentRun(None, [], [500], {}, extra={"lead_ps": 0})
-    run = chain_runs([(dense, False), (attention, True), (dense, False),
-                      (long_attention, True), (dense, False), (dense, False)])
-    # The second dense part hides 200 ps (the attention before it is shorter than its
-    # 300 ps lead), the third all 300 ps; the fourth follows a dense part: nothing hidden.
-    assert [offset for offset, _ in run.extra["chain"]] == [0, 1000, 1000, 2000, 2200, 3200]
-    assert run.makespan_ps == 4 * 1000 + 200 + 500 - 200 - 300 == 4200
-    assert run.extra["lead_ps"] == 300
-    assert [part for _, _, part in run.extra["blend"]] == [dense, attention, dense,
-                                                           long_attention, dense, dense]
+def test_a_chain_starts_each_parts_loads_once_the_loads_before_it_are_done():
+    # Compute-bound once loaded: 600 ps of loads, 700 ps when they are done.
+    dense = SegmentRun(None, [], [1000], {}, extra={"prefetch_ps": 600, "prefetched_ps": 700})
+    attention = SegmentRun(None, [], [200], {}, extra={"prefetch_ps": 0, "prefetched_ps": 200})
+    run = chain_runs([dense, attention, dense, dense])
+    # The second dense part's loads start at 600 (after the first part's): 600 ps head
+    # start, so it ends at max(1200 + 700, 600 + 1000); the third's loads start at 1200
+    # and it is compute-bound: 1900 + 700.
+    assert run.makespan_ps == 2600
+    # Traced, each part's rows start with its loads (the attention part has none), and
+    # the dense parts are timed again with their head starts of 600 and 700 ps.
+    assert [(offset, head) for offset, _, head in run.extra["chain"]] == [
+        (0, 0), (1000, 0), (600, 600), (1200, 700)]
+    assert [part for _, _, part in run.extra["blend"]] == [dense, attention, dense, dense]
+    # Load-bound parts gain nothing: each one's loads wait for the previous one's.
+    streaming = SegmentRun(None, [], [1000], {},
+                           extra={"prefetch_ps": 1000, "prefetched_ps": 100})
+    assert chain_runs([streaming] * 3).makespan_ps == 3000
+    # A part without a profile gets no head start.
+    plain = SegmentRun(None, [], [1000], {})
+    assert chain_runs([dense, plain, plain]).makespan_ps == 3000
     with pytest.raises(ValueError, match="part"):
         chain_runs([])
 
@@ -152,8 +165,41 @@ def test_dense_parts_off_the_token_grid_are_blends_close_to_the_exact_stage():
     exact = replica._stage_segments(chunks, "part")
     approx = replica._stage_segments(chunks, "part", token_grid=8)
     for (_, _, e), (_, _, a) in zip(exact, approx):
-        kinds = [(type(p).__name__, att) for p, att in a.parts]
+        attention = [part.key[1][1] for part in e.parts]  # (role, ("part", attention, id))
+        kinds = [(type(part).__name__, att) for part, att in zip(a.parts, attention)]
         assert ("BlendedSegment", False) in kinds and ("BlendedSegment", True) not in kinds
-        assert all(type(p) is LazySegment for p, att in a.parts if att)
         exact_ps, approx_ps = session.time(e)[0].makespan_ps, session.time(a)[0].makespan_ps
         assert abs(approx_ps / exact_ps - 1) < 0.005
+
+
+@pytest.mark.component
+@pytest.mark.parametrize("chunks", [
+    tuple(SequenceChunk(1, 1000 + 37 * i, True) for i in range(8)),              # decode
+    (SequenceChunk(420, 1024, True),) + tuple(SequenceChunk(1, 900, True) for _ in range(7)),
+    (SequenceChunk(512, 0, True),)],                                             # prefill
+    ids=["decode", "mixed", "prefill"])
+def test_a_chain_of_parts_is_within_two_percent_of_its_stage(chunks):
+    replica, session = _replica_and_session()
+    stages = replica._stage_segments(chunks, "stage")
+    chains = replica._stage_segments(chunks, "part")
+    errors = []
+    for (_, _, stage), (_, _, chain) in zip(stages, chains):
+        parts = [session.time(part)[0] for part in chain.parts]
+        stage_ps, chain_ps = session.time(stage)[0].makespan_ps, session.time(chain)[0].makespan_ps
+        errors.append(chain_ps / stage_ps - 1)
+        # Without the loads' head start the parts would take their sum (4-25% more).
+        assert chain_ps < sum(run.makespan_ps for run in parts)
+        assert any(run.extra["prefetched_ps"] < run.makespan_ps for run in parts)
+    assert max(map(abs, errors)) < 0.02 and abs(sum(errors) / len(errors)) < 0.01
+
+
+@pytest.mark.component
+def test_a_cut_shared_by_stages_with_the_same_plan_builds_each_stages_own_layers():
+    replica, _ = _replica_and_session()
+    chunks = (SequenceChunk(100, 0, True),)
+    first, second = (replica._stage_segments(chunks, "part")[i][2].parts[0] for i in (1, 2))
+    assert first.key == second.key  # one cached cut (same plan key)
+    layers = [{task.name.split(".")[0] for task in part.build().tasks if task.name.startswith("L")}
+              for part in (first, second)]
+    assert layers[0] and layers[0].isdisjoint(layers[1])
+    assert len(first.build().tasks) == len(second.build().tasks)

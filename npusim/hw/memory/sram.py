@@ -95,6 +95,8 @@ def bank_bytes(addr: int, size: int, banks: int, interleave: int) -> list[int]:
 class Sram(MemoryTarget):
     """Banked SRAM scratchpad: latency + bank-limited bandwidth; banks contend in tlm."""
 
+    on_chip = True
+
     def __init__(self, name: str, config: SramConfig):
         super().__init__(name, config)
         self.capacity_bytes = config.capacity_bytes

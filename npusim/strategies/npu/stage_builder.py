@@ -108,9 +108,10 @@ class StageBuilder:
         cores sit (dense parts depend only on the batch's token count and which weights
         are resident; attention parts only on the attention shapes), so a serving run with
         thousands of distinct batches times few distinct parts.  Build a part with
-        :meth:`build_part`.  The barrier costs the overlap of an attention block with the
-        next weight prefetch (measured in docs/serving.md).  ``key`` is the plan's
-        :func:`plan_key` if the caller has it.
+        :meth:`build_part`, on any stage with the same :func:`plan_key` (``key``, if the
+        caller has it).  Chained, the parts get back most of the overlap the barriers
+        cut (see :class:`~npusim.workload.program.ChainedSegment`; measured in
+        docs/serving.md).
         """
         cache_key = (first, key or plan_key(self.model, plan), len(plan.layers), chunks)
         cached = self._parts_cache.get(cache_key)
@@ -155,14 +156,18 @@ class StageBuilder:
                                   fractions))
             attention = any(item[0] != "entry" and item[1].seq is not None for item in part)
             signature_id = self.key_ids.setdefault(tuple(signature), len(self.key_ids))
-            out.append((("part", attention, signature_id), (tuple(part), chunks)))
+            out.append((("part", attention, signature_id),
+                        (tuple(part), chunks, plan.layers.start)))
         self._parts_cache[cache_key] = out
         return out
 
     def build_part(self, group: Group, previous: Group | None, plan: StagePlan, part: tuple,
                    name: str) -> TaskGraph:
         """The task graph of one part from :meth:`stage_parts` on ``group``."""
-        items, chunks = part
+        items, chunks, first_layer = part
+        # The cut is cached per plan key, which is relative to the stage's first layer:
+        # it may come from another stage with the same key.  Its layers are this plan's.
+        shift = plan.layers.start - first_layer
         graph = TaskGraph(name=name)
         self.chunks = chunks
         ready: Ready = {core: [] for core in group.cores}
@@ -173,7 +178,7 @@ class StageBuilder:
                 continue
             layer, op, spill = item
             self._spill = spill
-            ready = self._emit(graph, group, plan, layer, op, produced, ready)
+            ready = self._emit(graph, group, plan, layer + shift, op, produced, ready)
         return graph
 
     def _emit(self, graph: TaskGraph, group: Group, plan: StagePlan, layer: int, op: LayerOp,
