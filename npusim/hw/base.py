@@ -178,3 +178,9 @@ class Interconnect(Component):
     def transfer(self, src: str, dst: str, size_bytes: int) -> Generator[Any, Any, None]:
         """SimPy process body (tlm) moving ``size_bytes`` with contention."""
         raise NotImplementedError
+
+    def busy_share_ps(self, src: str, dst: str, size_bytes: int) -> int:
+        """Busy time a transfer adds to this part's counters (both fidelities), so that
+        busy / latency is the part's utilisation: for a single channel, the transfer's
+        uncontended time."""
+        return self.transfer_time_ps(src, dst, size_bytes)

@@ -315,8 +315,8 @@ def test_grouped_train_deliveries_match_per_packet_calls():
         env = simpy.Environment()
         net.bind(env)
         calls = []
-        first = _Delivery(3, 0, env.event(), net.stats, 300, 10)
-        second = _Delivery(1, 0, env.event(), net.stats, 100, 10)
+        first = _Delivery(3, 0, env.event(), net.stats, 300, 10, 2)
+        second = _Delivery(1, 0, env.event(), net.stats, 100, 10, 2)
         plain = lambda t: calls.append(("plain", t, env.now))  # noqa: E731
         first.event.callbacks.append(lambda e: calls.append(("first", env.now)))
         second.event.callbacks.append(lambda e: calls.append(("second", env.now)))
@@ -336,3 +336,21 @@ def test_grouped_train_deliveries_match_per_packet_calls():
         outcomes.append((calls, first.left, second.left, first.last, second.last,
                          net.stats.transactions, net.stats.extra.get("wait_ps")))
     assert outcomes[0] == outcomes[1]
+
+
+def test_busy_time_is_link_time_averaged_over_the_links():
+    # Utilisation = busy / latency must read as the mean link utilisation: a 2-hop
+    # transfer keeps two of the mesh's links busy one cycle per flit.  (It was the sum
+    # of the transfers' times: a serving run once read 191% NoC utilisation.)
+    net = make(width=4, height=4)
+    links = 2 * 2 * 4 * 3  # a 4x4 mesh has 48 directed router-to-router links
+    flits = sum(net.packet_flits(p) for p in net.packet_payloads(64 * KIB))
+    expected = round(flits * net.period_ps * 2 / links)
+    assert net.busy_share_ps(0, 2, 64 * KIB) == expected
+    run_transfers(net, [(0, 2, 64 * KIB)])
+    assert net.stats.busy_ps == expected
+    assert sum(s["busy_ps"] for s in net.link_stats().values()) == flits * net.period_ps * 2
+    # Several transfers at once on disjoint links: busy / latency stays below 1.
+    net = make(width=4, height=4)
+    ends = run_transfers(net, [(n, n + 1, 64 * KIB) for n in (0, 4, 8, 12)])
+    assert net.stats.busy_ps < max(ends)

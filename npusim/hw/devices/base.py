@@ -152,7 +152,7 @@ class Device:
                 plan = self.plan_transfer(task, seed)
                 chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
                 accounting = [(stage.part, stage.action,
-                               self.stage_time_ps(stage, task.size_bytes, plan.pattern),
+                               self.stage_busy_ps(stage, task.size_bytes, plan.pattern),
                                task.size_bytes, chunks) for stage in plan.stages]
                 cached = (self.transfer_time_ps(task, seed, plan),
                           self.transfer_reservations(task, seed, plan), accounting)
@@ -165,6 +165,19 @@ class Device:
         cached = self._stage_times.get(key)
         if cached is None:
             cached = self._stage_times[key] = stage.time_ps(size_bytes, pattern)
+        return cached
+
+    def stage_busy_ps(self, stage: Stage, size_bytes: int, pattern: AccessPattern) -> int:
+        """Busy time ``size_bytes`` through one stage adds to its part's counters: the
+        stage's time, except on a network, whose busy time is its own
+        (:meth:`Interconnect.busy_share_ps`: a mesh averages over its links)."""
+        if stage.action != "net":
+            return self.stage_time_ps(stage, size_bytes, pattern)
+        key = (id(stage.part), "busy", stage.src_node, stage.dst_node, size_bytes)
+        cached = self._stage_times.get(key)
+        if cached is None:
+            cached = self._stage_times[key] = stage.part.busy_share_ps(  # type: ignore[union-attr]
+                stage.src_node, stage.dst_node, size_bytes)
         return cached
 
     def transfer_reservations(self, task: TransferTask, seed: int = 0,
@@ -196,7 +209,7 @@ class Device:
         chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
         for stage in plan.stages:
             stats = stage.part.stats
-            stats.busy_ps += self.stage_time_ps(stage, task.size_bytes, plan.pattern)
+            stats.busy_ps += self.stage_busy_ps(stage, task.size_bytes, plan.pattern)
             if stage.action == "write":
                 stats.bytes_written += task.size_bytes
             else:

@@ -260,6 +260,20 @@ class MeshNoc(Interconnect):
             self.packet_flits(rest) if rest else 0)
         return self.zero_load_cycles(src, dst, flits) * self.period_ps
 
+    def busy_share_ps(self, src: Any, dst: Any, size_bytes: int) -> int:
+        """Busy time a transfer adds to the NoC's counters: the time its flits occupy
+        router-to-router links (one cycle per flit per link crossed), averaged over the
+        mesh's links, so busy / latency is the mean link utilisation (as a DRAM's busy
+        time is averaged over its channels).  Transfers within a node cross no link."""
+        size, links = int(size_bytes), len(self._links)
+        if size <= 0 or not links:
+            return 0
+        full, rest = divmod(size, self.config.max_packet_bytes)
+        flits = full * self.packet_flits(self.config.max_packet_bytes) + (
+            self.packet_flits(rest) if rest else 0)
+        link_time = flits * self.period_ps * self.hops(src, dst)
+        return (2 * link_time + links) // (2 * links)  # rounded to the nearest ps
+
     # -- tlm -------------------------------------------------------------------------
     def bind(self, env: Any) -> None:
         """Attach to ``env`` with idle links (per-link state lives on this instance)."""
@@ -275,8 +289,8 @@ class MeshNoc(Interconnect):
         """SimPy process body: move ``size_bytes`` from ``src`` to ``dst`` as packets
         with link contention; returns when the last flit has been delivered.
 
-        Statistics: ``transactions`` (+1 per call), ``bytes_read``, ``busy_ps`` (the
-        uncontended time) and ``extra``: ``wait_ps`` (time beyond the uncontended time:
+        Statistics: ``transactions`` (+1 per call), ``bytes_read``, ``busy_ps``
+        (:meth:`busy_share_ps`) and ``extra``: ``wait_ps`` (time beyond the uncontended time:
         waiting for links and ports held by other packets, the same DMA's other chunks
         included), ``packets``, ``flits`` and ``packet_hops`` (router-to-router links
         crossed, summed over packets)."""
@@ -292,18 +306,20 @@ class MeshNoc(Interconnect):
         s, d = self.node(src), self.node(dst)
         key = (s, d, size_bytes)
         shape = self._transfers.get(key)
-        if shape is None:  # packets (payload, flits), flits, uncontended time, per shape
+        if shape is None:  # packets (payload, flits), flits, uncontended and busy time
             payloads = self.packet_payloads(size_bytes)
             pairs = tuple((p, self.packet_flits(p)) for p in payloads)
             shape = self._transfers[key] = (
                 pairs, sum(f for _, f in pairs),
-                self.transfer_time_ps(s, d, size_bytes) if payloads else 0)
-        packets, total_flits, uncontended = shape
+                self.transfer_time_ps(s, d, size_bytes) if payloads else 0,
+                self.busy_share_ps(s, d, size_bytes))
+        packets, total_flits, uncontended, busy = shape
         if not packets:
             return None
         start = env._now
         all_known = env.event()
-        on_done = _Delivery(len(packets), start, all_known, self.stats, int(size_bytes), uncontended)
+        on_done = _Delivery(len(packets), start, all_known, self.stats, int(size_bytes),
+                            uncontended, busy)
 
         # inject() for the packets, with the path looked up once; several packets go
         # as one train (noc_router), which is split wherever another packet competes.

@@ -15,10 +15,10 @@ class _Delivery:
     """The packets of one :meth:`MeshNoc.start_transfer` still on their way: succeeds
     ``event`` at the last delivery once every packet's delivery time is known."""
 
-    __slots__ = ("left", "last", "start", "event", "stats", "size", "uncontended")
+    __slots__ = ("left", "last", "start", "event", "stats", "size", "uncontended", "busy")
 
     def __init__(self, packets: int, start: int, event: Any, stats: Any, size: int,
-                 uncontended: int):
+                 uncontended: int, busy: int):
         self.left = packets
         self.last = start
         self.start = start
@@ -26,6 +26,7 @@ class _Delivery:
         self.stats = stats
         self.size = size
         self.uncontended = uncontended
+        self.busy = busy
 
     def __call__(self, done_ps: int) -> None:
         self.arrive(done_ps, 1)
@@ -44,10 +45,11 @@ class _Delivery:
             event._value = None
             env.schedule(event, NORMAL, self.last - env._now)
             # Counted as the analytic level counts a network stage
-            # (Device.account_transfer): busy time is the uncontended time; the
-            # excess, up to the last delivery, is reported apart as wait_ps.
+            # (Device.account_transfer): busy time is the link time averaged over the
+            # links (MeshNoc.busy_share_ps); the time beyond the uncontended time, up to
+            # the last delivery, is reported apart as wait_ps.
             stats = self.stats
             stats.transactions += 1
             stats.bytes_read += self.size
-            stats.busy_ps += self.uncontended
+            stats.busy_ps += self.busy
             stats.add("wait_ps", self.last - self.start - self.uncontended)
