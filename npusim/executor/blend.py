@@ -7,11 +7,10 @@ distinct batch, and batches rarely repeat exactly (contexts grow every iteration
 it must cost next to nothing: the makespan (and a chain part's prefetch profile) is
 blended at once (``sum(weight * value) / denominator`` rounded, in integer arithmetic,
 so the result does not depend on floating-point order), while the counters (per unit,
-per operator)
-are not copied: the blend lists its parts with their integer weights over the common
-denominator, and the session adds each part's counters with that weight when it records
-the segment (summing numerators per denominator, then once in integers scaled by the
-least common denominator, rounded at the end).
+per operator) are not copied: the blend lists its parts with their integer weights over
+the common denominator, and the session adds each part's counters with that weight when
+it records the segment (summing numerators per denominator, then once in integers scaled
+by the least common denominator, rounded at the end).
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ def blend_runs(parts: list[tuple[int, SegmentRun]], denominator: int, events: in
 
     ``parts`` must have positive integer weights summing to ``denominator`` and be placed
     on the same cores.  The returned run has the blended makespan (and prefetch profile,
-    see :func:`chain_runs`, if every part has one), no
-    counters of its own and ``extra["blend"]``: ``(weight, denominator, part run)``
-    triples whose counters stand for it.  ``events`` and ``transactions`` are the work done to
+    see :func:`chain_runs`, if every part has one), no counters of its own and
+    ``extra["blend"]``: ``(weight, denominator, part run)`` triples whose counters stand
+    for it.  ``events`` and ``transactions`` are the work done to
     time the blend (the parts that were not memoised yet), which the caller knows.
     """
     if not parts or any(weight <= 0 for weight, _ in parts) \
@@ -66,9 +65,9 @@ def chain_runs(parts: list[SegmentRun], events: int = 0, transactions: int = 0) 
     one for one with the head start down to its time with those loads done
     (``extra["prefetched_ps"]``), as measured on the stage graphs (docs/serving.md).  A
     part without these keys gets no head start.  Counters are the parts'
-    (``extra["blend"]`` with weight 1); ``extra["chain"]`` lists ``(offset, run, head start)`` of
-    every part, where its own schedule starts and the head start its loads have (a traced
-    part is timed again with that head start for its task rows)."""
+    (``extra["blend"]`` with weight 1); ``extra["chain"]`` lists ``(offset, run, head
+    start)`` of every part: where its own schedule starts and the head start its loads
+    have (a traced part is timed again with that head start for its task rows)."""
     if not parts:
         raise ValueError("a chain needs at least one part")
     end = loads_done = 0

@@ -154,8 +154,8 @@ class Session:
 
     def _compact(self, run: SegmentRun) -> SegmentRun:
         """Once no more per-task rows will be recorded, keep only what later hits need
-        (makespan, counters, and what the caller has put in ``extra``): a long serving run stores thousands of timed segments, and
-        their graphs would fill the memory."""
+        (makespan, counters, and what the caller has put in ``extra``): a long serving
+        run stores thousands of timed segments, and their graphs would fill the memory."""
         if self.trace and len(self.columns["task"]) < self.trace_max_tasks:
             return run
         return SegmentRun(None, [], [run.makespan_ps],  # type: ignore[arg-type]
