@@ -139,6 +139,10 @@ class TaskGraph:
 
     tasks: list[Task] = field(default_factory=list)
     name: str = ""
+    #: While a graph is built: the last off-chip load each DMA queue (a core) has issued.
+    #: A core's DMA runs its loads in program order across operators, so an operator's
+    #: first weight tile queues behind the previous operator's last one.
+    dma_tails: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, task: Task) -> int:
         """Append ``task`` (its deps must already be in the graph); return its id."""

@@ -68,3 +68,21 @@ def test_invalid_dependencies_still_raise():
     with pytest.raises(MappingError):
         get_partition("k").lower(graph, GemmSpec("g", m=8, k=64, n=64), place("ring", 4),
                                  {0: [7]}, WIDTH)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=str)
+def test_a_cores_loads_queue_in_program_order_across_operators(strategy):
+    # One DMA queue per core: the second GEMM's first weight tile waits for the first
+    # GEMM's last one on the same core (so a stage does not issue every operator's
+    # first tiles at once), whether the lowering is replayed or not.
+    group = place("ring", 4)
+    gemms = [GemmSpec(f"L0.{name}", m=64, k=1024, n=768, weights_in="hbm",
+                      weight_tile_bytes=1 << 16) for name in ("q_proj", "k_proj")]
+    for lower in (get_partition(strategy).lower, get_partition(strategy)._lower):
+        graph, _ = build(lower, [(gemm, group, [[0], [1], [2], [3]]) for gemm in gemms])
+        for core in group.cores:
+            loads = [t for t in graph.tasks if getattr(t, "src", "") == f"core{core}.hbm"]
+            firsts = [next(t for t in loads if t.name.startswith(g.name)) for g in gemms]
+            lasts = [[t for t in loads if t.name.startswith(g.name)][-1] for g in gemms]
+            assert lasts[0].id in firsts[1].deps
+            assert graph.dma_tails[core] == lasts[1].id

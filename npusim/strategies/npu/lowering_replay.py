@@ -44,6 +44,11 @@ class _Recording:
     tasks: list[tuple]
     ops: list[Op]
     outputs: dict[int, list[int]]
+    #: Recorded id of the last load each core's DMA queue issued (``TaskGraph.dma_tails``).
+    dma_out: dict[int, int]
+    #: Recorded tasks (by position) that wait for a DMA queue's previous load: their
+    #: dependencies are sorted again on replay, as the lowering sorts them.
+    dma_waiters: frozenset[int]
 
 
 class LoweringReplay:
@@ -77,7 +82,10 @@ class LoweringReplay:
             return self.lower(graph, gemm, group, deps, width)  # let it raise as it would
         rank = {dep: index for index, dep in enumerate(waited)}
         pattern = tuple((core, tuple(rank[dep] for dep in ids)) for core, ids in deps.items())
-        key = (replace(gemm, name=_LABEL), group, width, pattern)
+        # The cores whose DMA queue already holds a load (a placeholder each, after the
+        # waited ids): usually all of them but for a graph's first operator.
+        queued = tuple(core for core in sorted(graph.dma_tails))
+        key = (replace(gemm, name=_LABEL), group, width, pattern, queued)
         recording = self._recordings.get(key)
         if recording is None:
             recording = self._recordings[key] = self._record(key, len(waited))
@@ -85,13 +93,17 @@ class LoweringReplay:
                 self._recordings.popitem(last=False)
         else:
             self._recordings.move_to_end(key)
-        return _replay(recording, graph, waited, gemm.name)
+        return _replay(recording, graph, waited + [graph.dma_tails[core] for core in queued],
+                       gemm.name)
 
-    def _record(self, key: tuple, placeholders: int) -> _Recording:
-        spec, group, width, pattern = key
+    def _record(self, key: tuple, waited: int) -> _Recording:
+        spec, group, width, pattern, queued = key
         scratch = TaskGraph()
-        for _ in range(placeholders):
+        for _ in range(waited):
             scratch.host(0, resource="none")
+        for core in queued:
+            scratch.dma_tails[core] = scratch.host(0, resource="none")
+        placeholders = waited + len(queued)
         outputs = self.lower(scratch, spec, group, {core: list(ids) for core, ids in pattern},
                              width)
         ops: dict[int, int] = {}  # id(op) -> index in the recording's ops
@@ -111,13 +123,17 @@ class LoweringReplay:
                 tasks.append((_HOST, task.deps, task.name, task.duration_ps, task.resource))
             else:
                 tasks.append((_OTHER, task.deps, task.name, task))
-        return _Recording(placeholders, tasks, shared, outputs)
+        dma_out = {core: tail for core, tail in scratch.dma_tails.items() if tail >= placeholders}
+        waiters = frozenset(index for index, task in enumerate(scratch.tasks[placeholders:])
+                            if any(waited <= dep < placeholders for dep in task.deps))
+        return _Recording(placeholders, tasks, shared, outputs, dma_out, waiters)
 
 
 def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: str
             ) -> dict[int, list[int]]:
-    """Append ``recording``'s tasks to ``graph``, waiting for ``waited`` and named after
-    ``label``; returns the outputs with real ids."""
+    """Append ``recording``'s tasks to ``graph``, waiting for ``waited`` (the ids the
+    lowering waits for, then the DMA queues' last loads) and named after ``label``;
+    returns the outputs with real ids."""
     tasks = graph.tasks
     first = len(tasks)
     # Recorded id -> id in ``graph``: placeholders first, then the recorded tasks.
@@ -126,8 +142,11 @@ def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: s
     ops = [replace(op, name=op.name.replace(_LABEL, label)) if _LABEL in op.name else op
            for op in recording.ops]
     append = tasks.append
+    waiters = recording.dma_waiters
     for task_id, record in enumerate(recording.tasks, first):
         kind, deps, name = record[0], tuple(map(at, record[1])), record[2].replace(_LABEL, label)
+        if task_id - first in waiters:  # a queue's last load may come before a waited id
+            deps = tuple(sorted(set(deps)))
         if kind == _COMPUTE:
             append(ComputeTask(record[3], ops[record[4]], deps, name, task_id))
         elif kind == _TRANSFER:
@@ -137,4 +156,6 @@ def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: s
             append(HostTask(record[3], record[4], deps, name, task_id))
         else:
             append(replace(record[3], deps=deps, name=name, id=task_id))
+    for core, tail in recording.dma_out.items():
+        graph.dma_tails[core] = where[tail]
     return {core: [where[i] for i in ids] for core, ids in recording.outputs.items()}

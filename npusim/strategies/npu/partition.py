@@ -220,16 +220,18 @@ def grid_of(group: Group, rows: int = 0) -> tuple[tuple[int, ...], ...]:
 # -- task building blocks --------------------------------------------------------------
 
 class Ports:
-    """Serialises each core's NoC sends (one injection port) and HBM loads (one DMA).
+    """Serialises each core's NoC sends (one injection port, per operator) and HBM loads
+    (one DMA queue per core for the whole graph, ``graph.dma_tails``).
 
     Every send/load depends on the previous one issued by the same core, in creation
-    order; creation order is topological, so this adds no cycle."""
+    order; creation order is topological, so this adds no cycle.  Loads queue across
+    operators: without that, every operator's first tiles would be issued at once at
+    the start of a stage, ahead of the tiles the first operator still needs."""
 
     def __init__(self, graph: TaskGraph, load_chunk_bytes: int = 0):
         self.graph = graph
         self.load_chunk_bytes = load_chunk_bytes
         self._send: dict[int, int] = {}
-        self._load: dict[int, int] = {}
         self.sent_bytes: dict[int, int] = {}
 
     def send(self, src: int, dst: int, size_bytes: int, deps: Sequence[int], name: str) -> int:
@@ -241,11 +243,12 @@ class Ports:
         return tid
 
     def load(self, core: int, size_bytes: int, deps: Sequence[int], name: str) -> int:
-        chain = [self._load[core]] if core in self._load else []
+        tails = self.graph.dma_tails
+        chain = [tails[core]] if core in tails else []
         tid = self.graph.transfer(f"core{core}.hbm", f"core{core}.sram", size_bytes,
                                   _unique(list(deps) + chain), name,
                                   chunk_bytes=self.load_chunk_bytes)
-        self._load[core] = tid
+        tails[core] = tid
         return tid
 
 
