@@ -62,6 +62,7 @@ class ServingDriver:
         kv_used = {r.index: 0 for r in reps}
         in_flight = {r.index: 0 for r in reps}
         pending_decode: dict[int, list[RequestState]] = {r.index: [] for r in reps}
+        handed = {r.index: 0 for r in reps}  # KV tokens sent to a decode replica, not yet admitted
         swapped: dict[int, list[RequestState]] = {r.index: [] for r in reps}  # KV on the host
         iterations = {r.index: 0 for r in reps}
         counter = itertools.count()
@@ -192,8 +193,8 @@ class ServingDriver:
                 replica, entries = payload
                 in_flight[replica.index] -= 1
                 for entry in entries:
-                    self._complete(entry, replica, now, kv_used, reserve_max, finish,
-                                   pending_decode, session, events, counter)
+                    self._complete(entry, replica, now, kv_used, capacity, handed, finish,
+                                   session, events, counter)
             elif kind == "kv_ready":
                 state, target = payload
                 pending_decode[target.index].append(state)
@@ -202,6 +203,7 @@ class ServingDriver:
                 queue = pending_decode[replica.index]
                 while queue and capacity[replica.index] - kv_used[replica.index] >= queue[0].max_tokens:
                     state = queue.pop(0)
+                    handed[replica.index] -= state.max_tokens
                     kv_used[replica.index] += state.max_tokens
                     state.kv_reserved = state.max_tokens
                     state.admitted, state.replica, state.ready_ps = True, replica.index, now
@@ -296,8 +298,8 @@ class ServingDriver:
                 kv_used[replica.index] += 1
         return kept, swap_out
 
-    def _complete(self, entry: Entry, replica: Replica, now: int, kv_used, reserve_max,
-                  finish, pending_decode, session, events, counter) -> None:
+    def _complete(self, entry: Entry, replica: Replica, now: int, kv_used, capacity, handed,
+                  finish, session, events, counter) -> None:
         state = entry.state
         state.in_flight = False
         state.kv_tokens += entry.new_tokens
@@ -313,9 +315,12 @@ class ServingDriver:
             finish(state, now)
             return
         if replica.role == "prefill":
-            # Hand over to the decode replica with the most free KV; KV moves over the NoC.
+            # Hand over to the decode replica with the most KV left once the requests
+            # already sent to it are admitted (lowest index on a tie); KV moves over the NoC.
             targets = [r for r in self.replicas if r.role == "decode"]
-            target = min(targets, key=lambda r: (len(pending_decode[r.index]), r.index))
+            target = max(targets, key=lambda r: (capacity[r.index] - kv_used[r.index]
+                                                 - handed[r.index], -r.index))
+            handed[target.index] += state.max_tokens
             graph = kv_transfer_graph(replica, target, state.kv_tokens, self.kv_bytes_per_token_layer)
             run = session.run(graph, f"kv {state.id} r{replica.index}->r{target.index}", now)
             kv_used[replica.index] -= state.kv_reserved

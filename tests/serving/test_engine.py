@@ -92,6 +92,17 @@ def test_disaggregation_moves_kv_over_the_noc_and_decodes_on_other_cores():
     assert util["decode0"] > 0 and util["prefill1"] > 0
 
 
+def test_kv_hand_overs_spread_over_every_decode_replica():
+    # Requests go to the decode replica with the most uncommitted KV.  They once all went
+    # to the first one: the choice only looked at requests waiting for admission, and a
+    # request that fits is admitted at once.
+    result = serve(DISAGG, "workload.pd.decode_dp=3", "workload.trace.rate_scale=100")
+    targets = result.segments["label"].str.extract(r"^kv \S+ r\d+->r(\d+)$")[0].dropna()
+    assert len(targets) == 8 and targets.nunique() == 3, targets.value_counts().to_dict()
+    util = result.metrics["sa_utilisation_by_replica"]
+    assert all(u > 0 for role, u in util.items() if role.startswith("decode")), util
+
+
 def test_no_systolic_array_is_booked_twice_under_a_saturating_load():
     # The LM head runs on every core of a replica: its share must be added to each
     # stage's timeline, not overlap the next micro-batches (a decode core's SA once
