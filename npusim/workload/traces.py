@@ -6,25 +6,24 @@ Arrival times are integer picoseconds from the start of the trace, as everywhere
 npusim.  Every malformed file raises :class:`~npusim.core.errors.TraceError` whose message
 is ``FILE:LINE: column 'NAME': got VALUE; expected ...`` so a user can fix the row without
 reading a traceback.  Synthetic traces and presets live in
-:mod:`npusim.workload.trace_generators`; the format is documented in ``docs/traces.md``.
+:mod:`npusim.workload.trace_generators`, the row readers and cell parsers in
+:mod:`npusim.workload.trace_rows`; the format is documented in ``docs/traces.md``.
 """
 
 from __future__ import annotations
 
-import calendar
 import csv
-import datetime
 import json
 import math
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from npusim.core.errors import TraceError
 from npusim.core.units import PS_PER_S
+from npusim.workload.trace_rows import (Row, csv_rows, integer_cell, jsonl_rows, present,
+                                        seconds_cell, timestamp_cell)
 
 __all__ = ["Request", "RequestTrace", "read_trace", "FORMATS", "MAX_ARRIVAL_PS"]
 
@@ -274,7 +273,7 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
                          "JSON object per line (JSONL) followed by at least one request")
     if format == "auto":
         format = _detect_format(path, text)
-    rows = _jsonl_rows(text, source) if format == "jsonl" else _csv_rows(text, source)
+    rows = jsonl_rows(text, source) if format == "jsonl" else csv_rows(text, source)
     trace = _build(rows, source, format, limit, allow_simultaneous)
     return trace.rescale_rate(rate_scale)  # also validates the factor (returns self for 1)
 
@@ -289,64 +288,7 @@ def _detect_format(path: Path, text: str) -> str:
     return "azure" if "ContextTokens" in header else "csv"
 
 
-class _Row:
-    """One record: its 1-based line number and a mapping column → raw value."""
-
-    __slots__ = ("line", "values")
-
-    def __init__(self, line: int, values: Mapping[str, Any]):
-        self.line = line
-        self.values = values
-
-
-def _csv_rows(text: str, source: str) -> tuple[list[str], Iterator[_Row]]:
-    reader = csv.reader(text.splitlines(keepends=True))
-    try:
-        header = [name.strip() for name in next(reader)]
-    except csv.Error as exc:
-        raise TraceError(f"{source}:1: cannot parse the CSV header ({exc})") from None
-    if len(set(header)) != len(header):
-        dup = sorted({h for h in header if header.count(h) > 1})
-        raise TraceError(f"{source}:1: header: column {dup[0]!r} appears twice; expected "
-                         "each column once")
-
-    def rows() -> Iterator[_Row]:
-        while True:
-            try:
-                cells = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                raise TraceError(f"{source}:{reader.line_num}: malformed CSV ({exc})") from None
-            if not cells or all(not c.strip() for c in cells):
-                continue  # blank line
-            if len(cells) != len(header):
-                raise TraceError(f"{source}:{reader.line_num}: got {len(cells)} fields; "
-                                 f"expected {len(header)} (header: {','.join(header)})")
-            yield _Row(reader.line_num, dict(zip(header, (c.strip() for c in cells))))
-
-    return header, rows()
-
-
-def _jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[_Row]]:
-    def rows() -> Iterator[_Row]:
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
-                                 f"{exc.colno}); expected one JSON object per line") from None
-            if not isinstance(obj, dict):
-                raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
-                                 "expected one JSON object per line")
-            yield _Row(number, obj)
-
-    return None, rows()
-
-
-def _columns(header: list[str] | None, first: _Row, source: str, fmt: str) -> dict[str, str]:
+def _columns(header: list[str] | None, first: Row, source: str, fmt: str) -> dict[str, str]:
     """Map the logical fields (time, prompt, output, id, priority) to the file's columns."""
     keys = header if header is not None else list(first.values)
     where = f"{source}:{1 if header is not None else first.line}"
@@ -375,7 +317,7 @@ def _columns(header: list[str] | None, first: _Row, source: str, fmt: str) -> di
     return columns
 
 
-def _build(parsed: tuple[list[str] | None, Iterator[_Row]], source: str, fmt: str,
+def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str,
            limit: int | None, allow_simultaneous: bool) -> RequestTrace:
     header, rows = parsed
     requests: list[Request] = []
@@ -389,11 +331,11 @@ def _build(parsed: tuple[list[str] | None, Iterator[_Row]], source: str, fmt: st
             columns = _columns(header, row, source, fmt)
         loc = f"{source}:{row.line}"
         if "arrival_ps" in columns:
-            absolute = _integer(row, "arrival_ps", loc, low=0, what="an integer >= 0 (picoseconds)")
+            absolute = integer_cell(row, "arrival_ps", loc, low=0, what="an integer >= 0 (picoseconds)")
         elif "arrival_s" in columns:
-            absolute = _seconds(row, "arrival_s", loc)
+            absolute = seconds_cell(row, "arrival_s", loc)
         else:
-            absolute = _timestamp(row, columns["timestamp"], loc)
+            absolute = timestamp_cell(row, columns["timestamp"], loc)
         if absolute > MAX_ARRIVAL_PS and "timestamp" not in columns:
             raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
                              f"{row.values.get(_time_column(columns))!r}; expected at most "
@@ -417,12 +359,12 @@ def _build(parsed: tuple[list[str] | None, Iterator[_Row]], source: str, fmt: st
             raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
                              f"{row.values.get(_time_column(columns))!r}; expected at most "
                              f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s after the first request")
-        prompt = _integer(row, columns["prompt_tokens"], loc, low=1, what="an integer >= 1 (tokens)")
-        output = _integer(row, columns["output_tokens"], loc, low=1,
+        prompt = integer_cell(row, columns["prompt_tokens"], loc, low=1, what="an integer >= 1 (tokens)")
+        output = integer_cell(row, columns["output_tokens"], loc, low=1,
                           what="an integer >= 1 (tokens; a request generates at least one token)")
-        priority = (_integer(row, "priority", loc, low=None, what="an integer")
-                    if "priority" in columns and _present(row.values.get("priority")) else 0)
-        if "id" in columns and _present(row.values.get("id")):
+        priority = (integer_cell(row, "priority", loc, low=None, what="an integer")
+                    if "priority" in columns and present(row.values.get("priority")) else 0)
+        if "id" in columns and present(row.values.get("id")):
             raw_id = row.values["id"]
             if isinstance(raw_id, (dict, list, bool)) or (isinstance(raw_id, float)):
                 raise TraceError(f"{loc}: column 'id': got {raw_id!r}; expected a string or integer")
@@ -448,91 +390,3 @@ def _time_column(columns: Mapping[str, str]) -> str:
             return columns[key]
     raise AssertionError("no time column")  # _columns guarantees one
 
-
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, str) and value == "")
-
-
-def _missing(loc: str, column: str, what: str) -> TraceError:
-    return TraceError(f"{loc}: column {column!r}: value is missing; expected {what}")
-
-
-def _integer(row: _Row, column: str, loc: str, low: int | None, what: str) -> int:
-    """An integer cell; integral floats (``12.0``, as pandas writes them) are accepted."""
-    raw = row.values.get(column)
-    if not _present(raw):
-        raise _missing(loc, column, what)
-    value: int | None = None
-    if isinstance(raw, bool):
-        value = None
-    elif isinstance(raw, int):
-        value = raw
-    elif isinstance(raw, float):
-        value = int(raw) if math.isfinite(raw) and raw.is_integer() else None
-    elif isinstance(raw, str):
-        try:
-            number = Decimal(raw)
-        except InvalidOperation:
-            number = None
-        if number is not None and number.is_finite() and number == number.to_integral_value():
-            value = int(number)
-    if value is None or (low is not None and value < low):
-        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
-    return value
-
-
-def _seconds(row: _Row, column: str, loc: str) -> int:
-    """A time in seconds as exact picoseconds (decimal text is not rounded through float)."""
-    raw = row.values.get(column)
-    what = "a number of seconds >= 0"
-    if not _present(raw):
-        raise _missing(loc, column, what)
-    try:
-        number = Decimal(str(raw)) if not isinstance(raw, bool) else None
-    except InvalidOperation:
-        number = None
-    if number is None or not number.is_finite() or number < 0:
-        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
-    return int((number * PS_PER_S).to_integral_value())
-
-
-_DATETIME = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,12}))?"
-    r"(Z|[+-]\d{2}:?\d{2})?$")
-
-
-def _timestamp(row: _Row, column: str, loc: str) -> int:
-    """A ``timestamp`` cell: seconds (number) or an ISO-8601 datetime, as absolute ps.
-
-    Datetimes are parsed exactly (the Azure traces carry 100 ns digits that Python's
-    ``datetime`` would truncate); a datetime without a zone is taken as UTC so no local
-    daylight-saving jump can reorder the requests.
-    """
-    raw = row.values.get(column)
-    what = "seconds or an ISO datetime like 2023-11-16 18:15:46.6805900"
-    if not _present(raw):
-        raise _missing(loc, column, what)
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return _seconds(row, column, loc)
-    text = str(raw).strip()
-    match = _DATETIME.match(text)
-    if match is None:
-        try:
-            Decimal(text)
-        except InvalidOperation:
-            raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}") from None
-        return _seconds(row, column, loc)
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    fraction, zone = match[7] or "", match[8]
-    try:
-        datetime.datetime(year, month, day, hour, minute, min(second, 59))
-    except ValueError as exc:
-        raise TraceError(f"{loc}: column {column!r}: got {raw!r} ({exc}); expected {what}") from None
-    if hour > 23 or minute > 59 or second > 60:
-        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
-    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
-    if zone and zone != "Z":
-        sign = -1 if zone[0] == "-" else 1
-        digits = zone[1:].replace(":", "")
-        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-    return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)

@@ -1,0 +1,170 @@
+"""Reading trace files row by row: CSV and JSONL records with their line numbers, and
+exact parsers for the cells :mod:`npusim.workload.traces` builds requests from.
+
+Every parser raises :class:`~npusim.core.errors.TraceError` as ``FILE:LINE: column
+'NAME': got VALUE; expected ...``.  Numbers are parsed as decimals, not floats, so
+arrival times keep every digit the file gives (the Azure traces carry 100 ns).
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import datetime
+import json
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterator, Mapping
+
+from npusim.core.errors import TraceError
+from npusim.core.units import PS_PER_S
+
+__all__ = ["Row", "csv_rows", "jsonl_rows", "present", "integer_cell", "seconds_cell",
+           "timestamp_cell"]
+
+
+class Row:
+    """One record: its 1-based line number and a mapping column → raw value."""
+
+    __slots__ = ("line", "values")
+
+    def __init__(self, line: int, values: Mapping[str, Any]):
+        self.line = line
+        self.values = values
+
+
+def csv_rows(text: str, source: str) -> tuple[list[str], Iterator[Row]]:
+    reader = csv.reader(text.splitlines(keepends=True))
+    try:
+        header = [name.strip() for name in next(reader)]
+    except csv.Error as exc:
+        raise TraceError(f"{source}:1: cannot parse the CSV header ({exc})") from None
+    if len(set(header)) != len(header):
+        dup = sorted({h for h in header if header.count(h) > 1})
+        raise TraceError(f"{source}:1: header: column {dup[0]!r} appears twice; expected "
+                         "each column once")
+
+    def rows() -> Iterator[Row]:
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise TraceError(f"{source}:{reader.line_num}: malformed CSV ({exc})") from None
+            if not cells or all(not c.strip() for c in cells):
+                continue  # blank line
+            if len(cells) != len(header):
+                raise TraceError(f"{source}:{reader.line_num}: got {len(cells)} fields; "
+                                 f"expected {len(header)} (header: {','.join(header)})")
+            yield Row(reader.line_num, dict(zip(header, (c.strip() for c in cells))))
+
+    return header, rows()
+
+
+def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]:
+    def rows() -> Iterator[Row]:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
+                                 f"{exc.colno}); expected one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
+                                 "expected one JSON object per line")
+            yield Row(number, obj)
+
+    return None, rows()
+
+
+def present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, str) and value == "")
+
+
+def _missing(loc: str, column: str, what: str) -> TraceError:
+    return TraceError(f"{loc}: column {column!r}: value is missing; expected {what}")
+
+
+def integer_cell(row: Row, column: str, loc: str, low: int | None, what: str) -> int:
+    """An integer cell; integral floats (``12.0``, as pandas writes them) are accepted."""
+    raw = row.values.get(column)
+    if not present(raw):
+        raise _missing(loc, column, what)
+    value: int | None = None
+    if isinstance(raw, bool):
+        value = None
+    elif isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, float):
+        value = int(raw) if math.isfinite(raw) and raw.is_integer() else None
+    elif isinstance(raw, str):
+        try:
+            number = Decimal(raw)
+        except InvalidOperation:
+            number = None
+        if number is not None and number.is_finite() and number == number.to_integral_value():
+            value = int(number)
+    if value is None or (low is not None and value < low):
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    return value
+
+
+def seconds_cell(row: Row, column: str, loc: str) -> int:
+    """A time in seconds as exact picoseconds (decimal text is not rounded through float)."""
+    raw = row.values.get(column)
+    what = "a number of seconds >= 0"
+    if not present(raw):
+        raise _missing(loc, column, what)
+    try:
+        number = Decimal(str(raw)) if not isinstance(raw, bool) else None
+    except InvalidOperation:
+        number = None
+    if number is None or not number.is_finite() or number < 0:
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    return int((number * PS_PER_S).to_integral_value())
+
+
+_DATETIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,12}))?"
+    r"(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def timestamp_cell(row: Row, column: str, loc: str) -> int:
+    """A ``timestamp`` cell: seconds (number) or an ISO-8601 datetime, as absolute ps.
+
+    Datetimes are parsed exactly (the Azure traces carry 100 ns digits that Python's
+    ``datetime`` would truncate); a datetime without a zone is taken as UTC so no local
+    daylight-saving jump can reorder the requests.
+    """
+    raw = row.values.get(column)
+    what = "seconds or an ISO datetime like 2023-11-16 18:15:46.6805900"
+    if not present(raw):
+        raise _missing(loc, column, what)
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return seconds_cell(row, column, loc)
+    text = str(raw).strip()
+    match = _DATETIME.match(text)
+    if match is None:
+        try:
+            Decimal(text)
+        except InvalidOperation:
+            raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}") from None
+        return seconds_cell(row, column, loc)
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction, zone = match[7] or "", match[8]
+    try:
+        datetime.datetime(year, month, day, hour, minute, min(second, 59))
+    except ValueError as exc:
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r} ({exc}); expected {what}") from None
+    if hour > 23 or minute > 59 or second > 60:
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)
