@@ -1,0 +1,171 @@
+"""Sweep axes: ``grid``, ``zip`` and ``random`` blocks of a sweep spec, parsed into rows
+of ``{config path: value}`` (see :mod:`npusim.sweep.spec` for the YAML form).
+
+Parsers report problems through ``bad(where, message)`` (the spec collects them into
+one :class:`~npusim.core.errors.ConfigError`) and return ``None`` for a broken block,
+so one pass lists every mistake in the file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import yaml
+
+__all__ = ["Axis", "AXIS_KINDS", "PATH", "check_name", "parse_axes"]
+
+AXIS_KINDS = ("grid", "zip", "random")
+#: A config path: dotted keys with optional list indices (``hw.cores[3].sram_bytes``).
+PATH = re.compile(r"[A-Za-z_][\w-]*(\[\d+\])*(\.[A-Za-z_][\w-]*(\[\d+\])*)*")
+
+
+@dataclass
+class Axis:
+    """One block of axes: its kind and the values of each parameter, row by row."""
+
+    kind: str
+    rows: list[dict[str, Any]]
+
+
+def check_name(path: Any, where: str, bad) -> bool:
+    """Whether ``path`` is a well-formed config path; reports it through ``bad`` if not."""
+    if not isinstance(path, str) or not PATH.fullmatch(path):
+        bad(where, f"malformed config path {path!r}; expected keys separated by dots, "
+                   "e.g. hw.core.systolic.rows")
+        return False
+    return True
+
+
+def _values(value: Any, where: str, bad) -> list | None:
+    if isinstance(value, str) and value.strip().startswith("["):
+        value = yaml.safe_load(value)  # "[32, 64]" written as a string
+    if not isinstance(value, list) or not value:
+        bad(where, f"expected a non-empty list of values, got {value!r}")
+        return None
+    return value
+
+
+def parse_axes(value: Any, bad) -> list[Axis]:
+    """The ``axes:`` of a spec: a list of blocks, a mapping of blocks, or one bare grid."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping) and not set(value) & set(AXIS_KINDS):
+        value = [{"grid": value}]
+    elif isinstance(value, Mapping):
+        value = [{k: v} for k, v in value.items()]
+    if not isinstance(value, list):
+        bad("axes", f"expected a list of axis blocks (grid/zip/random), got {value!r}")
+        return []
+    axes = []
+    for i, block in enumerate(value):
+        where = f"axes[{i}]"
+        if not isinstance(block, Mapping) or len(block) != 1 or next(iter(block)) not in AXIS_KINDS:
+            bad(where, f"expected one of {{grid: ...}}, {{zip: ...}}, {{random: ...}}, got {block!r}")
+            continue
+        kind, body = next(iter(block.items()))
+        where = f"{where}.{kind}"
+        if kind == "random":
+            axis = _parse_random(body, where, bad)
+        else:
+            axis = _parse_listed(kind, body, where, bad)
+        if axis is not None:
+            axes.append(axis)
+    return axes
+
+
+def _parse_listed(kind: str, body: Any, where: str, bad) -> Axis | None:
+    if isinstance(body, list) and all(isinstance(s, str) and "=" in s for s in body):
+        body = {s.split("=", 1)[0].strip(): s.split("=", 1)[1] for s in body}
+    if not isinstance(body, Mapping) or not body:
+        bad(where, f"expected a mapping of config path to a list of values, got {body!r}")
+        return None
+    columns: dict[str, list] = {}
+    for path, raw in body.items():
+        if check_name(path, f"{where}.{path}", bad):
+            values = _values(raw, f"{where}.{path}", bad)
+            if values is not None:
+                columns[path] = values
+    if len(columns) != len(body):
+        return None
+    if kind == "zip":
+        lengths = {p: len(v) for p, v in columns.items()}
+        if len(set(lengths.values())) > 1:
+            bad(where, f"zip needs lists of equal length, got {lengths}")
+            return None
+        rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    else:
+        rows = [dict(zip(columns, values)) for values in itertools.product(*columns.values())]
+    return Axis(kind, rows)
+
+
+def _parse_random(body: Any, where: str, bad) -> Axis | None:
+    if not isinstance(body, Mapping):
+        bad(where, f"expected {{seed: N, samples: N, params: {{...}}}}, got {body!r}")
+        return None
+    for key in body:
+        if key not in ("seed", "samples", "params"):
+            bad(f"{where}.{key}", "unknown key; expected seed, samples, params")
+    seed, samples, params = body.get("seed", 0), body.get("samples"), body.get("params")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        bad(f"{where}.seed", f"expected an integer seed, got {seed!r}")
+        return None
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        bad(f"{where}.samples", f"expected a positive number of samples, got {samples!r}")
+        return None
+    if not isinstance(params, Mapping) or not params:
+        bad(f"{where}.params", f"expected a mapping of config path to a distribution, got {params!r}")
+        return None
+    samplers = {}
+    for path, dist in params.items():
+        if check_name(path, f"{where}.params.{path}", bad):
+            sampler = _sampler(dist, f"{where}.params.{path}", bad)
+            if sampler is not None:
+                samplers[path] = sampler
+    if len(samplers) != len(params):
+        return None
+    rng = random.Random(seed)  # one stream per block: the same seed gives the same points
+    return Axis("random", [{p: s(rng) for p, s in samplers.items()} for _ in range(samples)])
+
+
+def _sampler(dist: Any, where: str, bad):
+    if isinstance(dist, list) and dist:
+        dist = {"choice": dist}
+    if not isinstance(dist, Mapping):
+        bad(where, f"expected a list or {{choice|uniform|loguniform|randint: ...}}, got {dist!r}")
+        return None
+    kinds = [k for k in dist if k in ("choice", "uniform", "loguniform", "randint")]
+    extra = [k for k in dist if k not in kinds and k != "integer"]
+    if len(kinds) != 1 or extra:
+        bad(where, f"expected exactly one of choice, uniform, loguniform, randint "
+                   f"(plus integer: true), got {dict(dist)!r}")
+        return None
+    kind, args, integer = kinds[0], dist[kinds[0]], bool(dist.get("integer", False))
+    if kind == "choice":
+        if not isinstance(args, list) or not args:
+            bad(f"{where}.choice", f"expected a non-empty list, got {args!r}")
+            return None
+        return lambda rng: rng.choice(args)
+    if (not isinstance(args, list) or len(args) != 2
+            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
+            or args[0] > args[1]):
+        bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
+        return None
+    low, high = args
+    if kind == "randint":
+        if not all(isinstance(a, int) for a in args):
+            bad(f"{where}.randint", f"expected integer bounds, got {args!r}")
+            return None
+        return lambda rng: rng.randint(low, high)
+    if kind == "loguniform":
+        if low <= 0:
+            bad(f"{where}.loguniform", f"bounds must be positive, got {args!r}")
+            return None
+        draw = lambda rng: math.exp(rng.uniform(math.log(low), math.log(high)))  # noqa: E731
+    else:
+        draw = lambda rng: rng.uniform(low, high)  # noqa: E731
+    return (lambda rng: int(round(draw(rng)))) if integer else draw
