@@ -302,6 +302,7 @@ class ServingDriver:
                   finish, session, events, counter) -> None:
         state = entry.state
         state.in_flight = False
+        state.chunk_recomputed += entry.recomputed_tokens
         state.kv_tokens += entry.new_tokens
         if not state.prefill_done:
             state.prefilled += entry.new_tokens

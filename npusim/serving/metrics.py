@@ -69,6 +69,7 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["slo_attainment"] = len(good) / len(done) if done else 0.0
     metrics["preemptions"] = sum(s.preempted for s in states)
     metrics["swap_outs"] = sum(s.swapped_out for s in states)
+    metrics["prefill_tokens_recomputed"] = sum(s.chunk_recomputed for s in states)
     area = device_area_mm2(driver.device)
     metrics["area_mm2"] = area
     metrics["throughput_tokens_per_s_per_mm2"] = (metrics["throughput_tokens_per_s"] / area["total"]

@@ -245,9 +245,14 @@ def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     def tokens(value: int) -> int:  # prefill chunks: rounded up to 1/8 of the context bucket
         step = max(1, bucket // 2)
         return -(-value // step) * step
-    prefills = sorted((tokens(e.new_tokens), ctx(e.context_len), e.samples)
-                      for e in entries if e.new_tokens > 1 or e.context_len == 0)
-    decodes = [e.context_len for e in entries if e.new_tokens == 1 and e.context_len > 0]
+    def is_prefill(e: Entry) -> bool:
+        return e.new_tokens > 1 or e.context_len == 0 or e.recomputed_tokens > 0
+    # A recomputed prefix is timed as part of the chunk: its tokens run again, causally,
+    # after the context that was kept (none for chunk_kv: recompute).
+    prefills = sorted((tokens(e.new_tokens + e.recomputed_tokens),
+                       ctx(e.context_len - e.recomputed_tokens), e.samples)
+                      for e in entries if is_prefill(e))
+    decodes = [e.context_len for e in entries if not is_prefill(e)]
     # Decode attention is merged (keys summed), so only the count and the total matter;
     # the total is rounded up to 1/16 of its power of two (at most +6.25% of decode
     # attention work, never less), then spread evenly over the sequences.

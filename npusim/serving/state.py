@@ -27,6 +27,7 @@ class RequestState:
     swapped_out: int = 0               # preemptions that moved its KV to host memory
     swapped: bool = False              # its KV is in host memory now (swap preemption)
     recompute_tokens: int = 0          # generated tokens whose KV a preemption dropped
+    chunk_recomputed: int = 0          # prompt tokens later chunks ran again (chunk_kv: recompute)
     rejected: str = ""
 
     @property
@@ -61,6 +62,7 @@ class Entry:
     new_tokens: int
     context_len: int
     samples: bool   # the iteration produces a token for this request
+    recomputed_tokens: int = 0  # of the context, run again before the new tokens (KV not kept)
 
 
 @dataclass

@@ -103,6 +103,18 @@ def test_kv_hand_overs_spread_over_every_decode_replica():
     assert all(u > 0 for role, u in util.items() if role.startswith("decode")), util
 
 
+def test_chunks_that_recompute_their_prompt_prefix_cost_more_than_chunks_that_keep_kv():
+    # 1000-token prompts in chunks of at most 512: with chunk_kv: recompute the second
+    # chunk runs the first one's tokens again (NpuSim §5.5's "redundant computations").
+    runs = {kv: serve(FUSION, "workload.trace.file=traces/ratio_10_1_32.csv",
+                      f"workload.scheduler.chunk_kv={kv}") for kv in ("keep", "recompute")}
+    keep, again = (runs[kv].metrics for kv in ("keep", "recompute"))
+    assert keep["prefill_tokens_recomputed"] == 0
+    assert 8 * 488 <= again["prefill_tokens_recomputed"] <= 8 * 512  # one re-run first chunk each
+    assert again["flops"] > keep["flops"] and again["ttft_ms_mean"] > keep["ttft_ms_mean"]
+    assert again["requests_finished"] == keep["requests_finished"] == 8
+
+
 def test_no_systolic_array_is_booked_twice_under_a_saturating_load():
     # The LM head runs on every core of a replica: its share must be added to each
     # stage's timeline, not overlap the next micro-batches (a decode core's SA once

@@ -34,6 +34,17 @@ def test_chunked_prefill_puts_decodes_first_and_fills_the_budget_with_chunks():
     assert batch[10].samples is False and batch[10].context_len == 0
 
 
+@pytest.mark.parametrize("chunk_kv, recomputed", [("keep", [0, 0]), ("recompute", [0, 80])])
+def test_chunk_kv_says_whether_a_later_chunk_runs_its_prompt_prefix_again(chunk_kv, recomputed):
+    sched = ChunkedPrefillScheduler(ChunkedPrefillConfig(token_budget=64, prefill_chunk=40,
+                                                         chunk_kv=chunk_kv))
+    waiting = [state(0, prompt=100), state(1, prompt=200, prefilled=80)]
+    batch = sched.schedule(view(waiting))
+    assert [e.new_tokens for e in batch] == [40, 24]   # the budget counts new tokens only
+    assert [e.context_len for e in batch] == [0, 80]
+    assert [e.recomputed_tokens for e in batch] == recomputed
+
+
 def test_chunked_prefill_over_budget_decodes_only():
     sched = ChunkedPrefillScheduler(ChunkedPrefillConfig(token_budget=8, prefill_chunk=40))
     running = [state(i, prefilled=100, generated=1) for i in range(12)]

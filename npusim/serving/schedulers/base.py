@@ -24,9 +24,12 @@ class SchedulerConfigBase(PartConfig):
 
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
-          tokens_left: int, chunk: int | None = None) -> list[Entry]:
+          tokens_left: int, chunk: int | None = None, recompute_prefix: bool = False
+          ) -> list[Entry]:
     """Prefill entries for ``candidates`` in arrival order while KV, batch slots and the
-    token budget allow; ``chunk`` caps each request's tokens this iteration."""
+    token budget allow; ``chunk`` caps each request's tokens this iteration.  With
+    ``recompute_prefix`` a later chunk runs the prompt tokens before it again (their KV
+    was not kept); the budget still counts only the chunk's new tokens."""
     entries: list[Entry] = []
     kv_free = view.kv_free_tokens
     for state in candidates:
@@ -42,7 +45,8 @@ def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
         if chunk is None and take < remaining:
             break  # whole prompts only
         entries.append(Entry(state, take, state.kv_tokens,
-                             state.prefilled + take == state.prompt_target))
+                             state.prefilled + take == state.prompt_target,
+                             state.kv_tokens if recompute_prefix else 0))
         slots -= 1
         tokens_left -= take
     return entries

@@ -21,6 +21,14 @@ class ChunkedPrefillConfig(SchedulerConfigBase):
                                "there, assumption: 512 as Sarathi-Serve's default).")
     prefill_chunk: int = Field(
         512, ge=1, description="Most prompt tokens of one request per iteration.")
+    chunk_kv: Literal["keep", "recompute"] = Field(
+        "keep", description="'keep': a prompt's KV stays cached between its chunks, so a "
+                            "chunk computes only its own tokens and reads the earlier ones' "
+                            "KV (Sarathi-Serve); 'recompute': every chunk runs the prompt "
+                            "tokens before it again, as an engine that keeps no KV for "
+                            "partly prefilled prompts does (the 'redundant computations "
+                            "due to the chunk prefill' NpuSim §5.5 names for PD fusion "
+                            "on long prompts). The token budget counts only new tokens.")
 
 
 @register("scheduler", ChunkedPrefillConfig)
@@ -38,5 +46,6 @@ class ChunkedPrefillScheduler:
         budget -= len(entries)
         slots = cfg.max_batch_size - len(entries)
         if budget > 0 and slots > 0:
-            entries += admit(view, view.waiting, slots, budget, chunk=cfg.prefill_chunk)
+            entries += admit(view, view.waiting, slots, budget, chunk=cfg.prefill_chunk,
+                             recompute_prefix=cfg.chunk_kv == "recompute")
         return entries
