@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from npusim.config.presets import load_preset, read_yaml
+from npusim.config.presets import load_preset, parse_yaml, read_yaml
 from npusim.core.errors import ConfigError
 
 _MAX_PRESET_DEPTH = 16
@@ -87,9 +87,11 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         raise ConfigError("--set", [(raw_path, "malformed path; expected keys separated by dots, "
                                                "list items as [N], e.g. hw.noc.width")])
     try:
-        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+        value = parse_yaml(raw_value) if raw_value.strip() else ""
+    except yaml.constructor.ConstructorError as exc:  # e.g. a key given twice
+        raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {raw_value!r})")]) from None
     except yaml.YAMLError:
-        value = raw_value
+        value = raw_value  # not YAML: the text itself (a path, a name)
     return parts, value
 
 

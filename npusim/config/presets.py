@@ -27,21 +27,51 @@ def workloads_root() -> Path:
     return Path(os.environ.get("NPUSIM_WORKLOADS", REPO_ROOT / "workloads"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that rejects a key given twice in one mapping (plain PyYAML keeps
+    the last one, so a doubled ``sram:`` would silently drop the first value)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: the base class reports it
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping (first at line "
+                    f"{first + 1}); expected each key once", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that rejects duplicate keys."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse a YAML file; a syntax error or missing file becomes a :class:`ConfigError`."""
+    """Parse a YAML file; a syntax error, a duplicate key, a file that is not UTF-8 text
+    or a missing file becomes a :class:`ConfigError`."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), [("", "file not found")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [("", f"not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} "
+                                           f"at offset {exc.start}); expected a YAML file")]) from None
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read file: {exc.strerror}")]) from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(str(path), [(where, f"YAML syntax error: {problem}")]) from None
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise ConfigError(str(path), [(where, f"{kind}: {problem}")]) from None
 
 
 def list_presets(root: Path | None = None) -> list[str]:

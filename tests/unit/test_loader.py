@@ -71,6 +71,19 @@ def test_presets_merge_with_sibling_keys_winning(tmp_path, monkeypatch):
         loader.resolve_presets({"sram": {"preset": "mem/bse"}}, "s.yaml")
 
 
+def test_a_key_given_twice_or_a_binary_file_is_a_config_error(tmp_path):
+    doubled = tmp_path / "dup.yaml"
+    doubled.write_text("name: x\nhw:\n  sram: 1MiB\n  sram: 2MiB\n")
+    with pytest.raises(ConfigError, match=r"line 4.*key 'sram' appears twice.*first at line 3"):
+        loader.load_raw(doubled)
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00name: x\n")
+    with pytest.raises(ConfigError, match="not a UTF-8 text file .byte 0xff at offset 0"):
+        loader.load_raw(binary)
+    with pytest.raises(ConfigError, match="key 'm' appears twice"):
+        loader.parse_override("workload={kind: gemm, m: 1, m: 2}")
+
+
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         loader.load_raw(tmp_path / "nope.yaml")
