@@ -109,6 +109,7 @@ def run(
     config.resolved.yaml."""
     from npusim.api import simulate
     from npusim.config.loader import load_scenario
+    from npusim.core.output_paths import check_output_dir
 
     def action() -> None:
         overrides = ([f"workload.trace={{file: '{trace.resolve()}'}}"] if trace else [])
@@ -118,11 +119,12 @@ def run(
             if value is not None:
                 overrides.append(f"workload.{field}={value}")
         config = load_scenario(scenario, overrides, hw)
+        out_dir = check_output_dir(out or Path("out") / config.name)  # before the run
         try:
             result = _simulate_with_progress(simulate, config, quiet)
         except MappingError as exc:  # the config was valid but cannot run: say which one
             raise MappingError(f"{scenario}: {exc}") from None
-        out_dir = result.write(out or Path("out") / config.name)
+        result.write(out_dir)
         if not quiet:
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")

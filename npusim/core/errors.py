@@ -35,6 +35,11 @@ class MappingError(NpusimError):
     """A workload cannot be mapped onto the hardware (it does not fit, a unit is missing)."""
 
 
+class OutputError(NpusimError):
+    """An output path cannot be written: a file where a directory should be (or the
+    reverse), or no permission.  Raised before a run starts, so no work is lost."""
+
+
 class TraceError(NpusimError):
     """A request or routing trace is malformed; the message names file and line."""
 

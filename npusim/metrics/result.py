@@ -7,12 +7,15 @@ host facts that vary between runs (wall time) live in ``host`` and ``host.json``
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from npusim.core.errors import OutputError
 from npusim.metrics.perfetto import build_trace, write_trace
 
 if TYPE_CHECKING:
@@ -88,16 +91,38 @@ class Result:
 
     def write(self, out_dir: str | Path) -> Path:
         """Write metrics.json, ops.csv, segments.csv, units.csv, trace.json,
-        config.resolved.yaml and host.json into ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.json").write_text(json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
-        self.ops.to_csv(out / "ops.csv", index=False)
-        self.segments.to_csv(out / "segments.csv", index=False)
-        for name in self.tables:
-            self.table(name).to_csv(out / f"{name}.csv", index=False)
-        self.units.to_csv(out / "units.csv")
-        write_trace(self.trace(), out / "trace.json")
-        (out / "config.resolved.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
-        (out / "host.json").write_text(json.dumps(self.host, indent=2, sort_keys=True) + "\n")
+        config.resolved.yaml and host.json into ``out_dir``.
+
+        The files are written into a staging directory beside ``out_dir`` first and
+        moved in only when all of them exist, so a failure (a disk full, a directory
+        where a file should be) leaves the previous results whole instead of a mix of
+        two runs.  Raises :class:`~npusim.core.errors.OutputError` naming the path.
+        """
+        from npusim.core.output_paths import check_output_dir
+
+        out = check_output_dir(out_dir)
+        names = (["metrics.json", "ops.csv", "segments.csv"] + [f"{n}.csv" for n in self.tables]
+                 + ["units.csv", "trace.json", "config.resolved.yaml", "host.json"])
+        clash = [n for n in names if (out / n).is_dir()]
+        if clash:
+            raise OutputError(f"{out / clash[0]}: is a directory; expected to write a file "
+                              "there (move it away)")
+        try:
+            with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out) as staging_dir:
+                staging = Path(staging_dir)
+                (staging / "metrics.json").write_text(
+                    json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
+                self.ops.to_csv(staging / "ops.csv", index=False)
+                self.segments.to_csv(staging / "segments.csv", index=False)
+                for name in self.tables:
+                    self.table(name).to_csv(staging / f"{name}.csv", index=False)
+                self.units.to_csv(staging / "units.csv")
+                write_trace(self.trace(), staging / "trace.json")
+                (staging / "config.resolved.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
+                (staging / "host.json").write_text(json.dumps(self.host, indent=2, sort_keys=True) + "\n")
+                for name in names:
+                    os.replace(staging / name, out / name)
+        except OSError as exc:
+            raise OutputError(f"{out}: cannot write the results ({exc.strerror or exc}: "
+                              f"{exc.filename or ''})") from None
         return out

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from npusim.core.errors import NpusimError
+from npusim.core.errors import NpusimError, OutputError
+from npusim.core.output_paths import check_output_file
 from npusim.validation.cases import Outcome, evaluate, load_cases
 from npusim.validation.report import markdown, print_table
 
@@ -22,15 +23,23 @@ def select(suite: str | None = None, ids: list[str] | None = None, fast: bool = 
             raise NpusimError(f"unknown case ids: {', '.join(unknown)}")
         cases = [c for c in cases if c.id in ids]
     if fast:
+        slow = [c.id for c in cases if c.slow]
         cases = [c for c in cases if not c.slow]
+        if not cases:  # an empty run would "pass" and overwrite the report with nothing
+            raise NpusimError(f"--fast leaves no case to run (every selected case is marked "
+                              f"slow: {', '.join(slow[:5])}{' ...' if len(slow) > 5 else ''}); "
+                              "drop --fast")
     return cases
 
 
 def run_cases(suite: str | None = None, ids: list[str] | None = None, fast: bool = False,
               report: Path | None = None, show: bool = True) -> list[Outcome]:
     """Evaluate the selected cases; a case that raises is reported as failed, not fatal."""
+    cases = select(suite, ids, fast)
+    if report is not None:  # before the cases run, so a bad path costs nothing
+        check_output_file(report, "--report")
     outcomes = []
-    for case in select(suite, ids, fast):
+    for case in cases:
         try:
             outcomes.append(evaluate(case))
         except NpusimError as exc:
@@ -38,6 +47,10 @@ def run_cases(suite: str | None = None, ids: list[str] | None = None, fast: bool
     if show:
         print_table(outcomes)
     if report is not None:
-        Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(markdown(outcomes) + "\n")
+        try:
+            Path(report).parent.mkdir(parents=True, exist_ok=True)
+            Path(report).write_text(markdown(outcomes) + "\n")
+        except OSError as exc:
+            raise OutputError(f"--report {report}: cannot write the report "
+                              f"({exc.strerror or exc})") from None
     return outcomes

@@ -88,3 +88,41 @@ def test_validate_writes_the_report_only_where_asked(tmp_path, monkeypatch, caps
     assert code in (0, None) and list(tmp_path.iterdir()) == []  # '' means no report
     code, _, _ = run_cli(["validate", "--case", "C-SA-01", "--report", "r.md"], capsys)
     assert code in (0, None) and "C-SA-01" in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.parametrize("make_out, expected", [
+    (lambda tmp: tmp / "afile", "exists and is not a directory"),
+    (lambda tmp: tmp / "afile" / "sub", "cannot create the directory"),
+])
+def test_an_unusable_out_path_fails_before_the_run(make_out, expected, tmp_path, capsys, monkeypatch):
+    (tmp_path / "afile").write_text("keep me")
+    ran = []
+    monkeypatch.setattr("npusim.cli._simulate_with_progress", lambda *a: ran.append(1))
+    code, _, err = run_cli(["run", str(QUICKSTART), "--mode", "analytic",
+                            "--out", str(make_out(tmp_path))], capsys)
+    assert code == 2 and expected in err and "Traceback" not in err
+    assert ran == [] and (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_results_are_moved_in_whole_or_not_at_all(tmp_path, capsys):
+    args = ["run", str(QUICKSTART), "--mode", "analytic", "-q", "--out", str(tmp_path)]
+    assert run_cli(args, capsys)[0] in (0, None)
+    before = (tmp_path / "metrics.json").read_text()
+    (tmp_path / "units.csv").unlink()
+    (tmp_path / "units.csv").mkdir()  # a directory where a result file goes
+    code, _, err = run_cli(args + ["--set", "workload.m=64"], capsys)
+    assert code == 2 and "units.csv: is a directory" in err
+    assert (tmp_path / "metrics.json").read_text() == before  # the old run stays whole
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_validate_checks_the_report_path_and_refuses_an_empty_selection(tmp_path, capsys):
+    code, _, err = run_cli(["validate", "--case", "C-SA-01", "--report", str(tmp_path)], capsys)
+    assert code == 2 and "is a directory; expected a file name" in err
+    from npusim.validation.cases import load_cases
+
+    slow = next(c.id for c in load_cases() if c.slow)
+    code, _, err = run_cli(["validate", "--fast", "--case", slow, "--report",
+                            str(tmp_path / "r.md")], capsys)
+    assert code == 2 and "--fast leaves no case to run" in err
+    assert not (tmp_path / "r.md").exists()
