@@ -253,12 +253,32 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         raise ConfigError(source, [("", "file is empty; expected a scenario mapping")])
     if not isinstance(data, dict):
         raise ConfigError(source, [("", f"expected a mapping at the top level, got {type(data).__name__}")])
+    _anchor_files(data, Path(path).resolve().parent)
     if hw_file is not None:
         hw = read_yaml(Path(hw_file))
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping")])
         data["hw"] = hw
     return _resolve_with_overrides(data, overrides, source)
+
+
+def _anchor_files(data: Any, base_dir: Path) -> None:
+    """Make every relative ``file:`` that exists next to the scenario file absolute.
+
+    A scenario's data files (traces, routing traces) are found relative to the scenario
+    first, as documented; the readers then try the working directory and the checkout,
+    which is all they can do once the scenario's location is gone.
+    """
+    if isinstance(data, list):
+        for item in data:
+            _anchor_files(item, base_dir)
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if key == "file" and isinstance(value, str) and value and not Path(value).is_absolute() \
+                    and (base_dir / value).is_file():
+                data[key] = str(base_dir / value)
+            else:
+                _anchor_files(value, base_dir)
 
 
 def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -> dict:

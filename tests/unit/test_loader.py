@@ -116,3 +116,12 @@ def test_preset_override_replaces_the_preset_before_resolution(tmp_path, monkeyp
     scenario.write_text("sram: {preset: mem/a}\n")
     data = loader.load_raw(scenario, ["sram.preset=mem/b"])
     assert data["sram"] == {"banks": 8}
+
+
+def test_a_relative_file_next_to_the_scenario_is_found_there(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_ps,prompt_tokens,output_tokens\n0,4,4\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nworkload: {trace: {file: t.csv}, routing: {file: absent.npz}}\n")
+    data = loader.load_raw(scenario)
+    assert data["workload"]["trace"]["file"] == str(tmp_path / "t.csv")
+    assert data["workload"]["routing"]["file"] == "absent.npz"  # left to the readers' search
