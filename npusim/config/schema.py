@@ -45,7 +45,10 @@ def scenario_model() -> type[BaseModel]:
         "Scenario",
         __config__=ConfigDict(extra="forbid", frozen=True),
         __doc__="A scenario: hardware, workload and run settings.",
-        name=(str, Field("scenario", description="Name shown in reports.")),
+        name=(str, Field("scenario", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", max_length=128,
+                         description="Name shown in reports and the default output "
+                                     "directory (out/<name>): letters, digits, '_', '-', "
+                                     "'.' (no path separators).")),
         description=(str, Field("", description="Free text describing the scenario.")),
         hw=(registry.config_union("device"), Field(description="The device (kind: npu, ...).")),
         workload=(registry.config_union("workload"), Field(description="What to run (kind: gemm, ...).")),
