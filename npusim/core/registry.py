@@ -29,11 +29,14 @@ _PART_PACKAGES = ("npusim.hw", "npusim.workload", "npusim.mapping", "npusim.stra
 class PartConfig(BaseModel):
     """Base of every typed configuration block.
 
-    Frozen (a resolved config cannot change under a running simulation) and strict
-    about keys (a typo is an error, not a silently ignored field).
+    Frozen (a resolved config cannot change under a running simulation), strict about
+    keys (a typo is an error, not a silently ignored field) and about numbers (an
+    ``inf`` or ``nan`` parameter is an error where it is given, not an overflow deep in
+    a run or an invalid metrics.json).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ class EnergyConfig(BaseModel):
 
     Every default is cited or labelled an assumption; see ``docs/energy.md``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # metrics.json must stay valid JSON
 
     process: str = Field("7nm", description="Process node the logic and SRAM figures describe.")
 

@@ -37,6 +37,7 @@ def test_run_writes_every_output(tmp_path, capsys):
     ("hw.preset=npu/does_not_exist", "no preset named"),       # missing preset
     ("workload.kind=warp_drive", "unknown kind 'warp_drive'"),  # unknown part
     ("name=../../escape", "'../../escape'"),                    # the name is the default --out
+    ("run.energy={mac_fp16_pj: .inf}", "finite number (got inf)"),  # would be invalid JSON
 ])
 def test_bad_input_gives_one_clear_message_and_nonzero_exit(override, expected, tmp_path, capsys):
     code, _, err = run_cli(["run", str(QUICKSTART), "--set", override, "--out", str(tmp_path)], capsys)
