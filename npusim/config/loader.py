@@ -257,7 +257,8 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
     if hw_file is not None:
         hw = read_yaml(Path(hw_file))
         if not isinstance(hw, dict):
-            raise ConfigError(str(hw_file), [("", "expected a hardware mapping")])
+            raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
+                                                  f"or preset: NAME), got {_describe_input(hw)}")])
         data["hw"] = hw
     return _resolve_with_overrides(data, overrides, source)
 
@@ -311,7 +312,13 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     from npusim.config.schema import scenario_model
 
     data = load_raw(path, overrides, hw_file)
-    return validate(scenario_model(), data, str(path))
+    try:
+        return validate(scenario_model(), data, str(path))
+    except ConfigError as exc:
+        # With --hw the hardware came from that file: blame it, with its own field paths.
+        if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
+            raise
+        raise ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems]) from None
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",

@@ -6,7 +6,7 @@ import pytest
 from pydantic import Field
 
 from npusim.config import loader
-from npusim.config.presets import load_preset
+from npusim.config.presets import REPO_ROOT, load_preset
 from npusim.core.errors import ConfigError
 from npusim.core.registry import PartConfig
 from npusim.core.units import Bytes
@@ -125,3 +125,14 @@ def test_a_relative_file_next_to_the_scenario_is_found_there(tmp_path):
     data = loader.load_raw(scenario)
     assert data["workload"]["trace"]["file"] == str(tmp_path / "t.csv")
     assert data["workload"]["routing"]["file"] == "absent.npz"  # left to the readers' search
+
+
+def test_errors_in_a_hw_file_name_that_file_and_its_own_field_paths(tmp_path):
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("preset: npu/large_core_64\ncore: 5\n")
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml", hw_file=hw)
+    assert info.value.source == str(hw) and info.value.problems[0][0] == "core"
+    hw.write_text("- 1\n")
+    with pytest.raises(ConfigError, match=r"expected a hardware mapping .*got \[1\]"):
+        loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml", hw_file=hw)
