@@ -6,6 +6,7 @@ exit non-zero; only bugs show a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -112,12 +113,14 @@ def run(
     from npusim.core.output_paths import check_output_dir
 
     def action() -> None:
-        overrides = ([f"workload.trace={{file: '{trace.resolve()}'}}"] if trace else [])
+        # File names and model names go in as JSON strings (valid YAML double-quoted
+        # scalars), so quotes, ': ' or ' #' in them are not read as YAML syntax.
+        overrides = ([f"workload.trace={{file: {json.dumps(str(trace.resolve()))}}}"] if trace else [])
         overrides += list(set_) + ([f"run.mode={mode}"] if mode else [])
         for field, value in (("model", model), ("prompt_len", prompt_len),
                              ("output_len", output_len), ("batch", batch)):
             if value is not None:
-                overrides.append(f"workload.{field}={value}")
+                overrides.append(f"workload.{field}={json.dumps(value)}")
         config = load_scenario(scenario, overrides, hw)
         out_dir = check_output_dir(out or Path("out") / config.name)  # before the run
         try:

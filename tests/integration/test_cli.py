@@ -128,3 +128,13 @@ def test_validate_checks_the_report_path_and_refuses_an_empty_selection(tmp_path
                             str(tmp_path / "r.md")], capsys)
     assert code == 2 and "--fast leaves no case to run" in err
     assert not (tmp_path / "r.md").exists()
+
+
+def test_trace_and_model_shorthands_take_any_file_name(tmp_path, capsys):
+    trace = tmp_path / "it's #1: a.csv"  # YAML syntax in a file name
+    trace.write_text("arrival_ps,prompt_tokens,output_tokens\n0,8,2\n1000000,8,2\n")
+    code, _, err = run_cli(["run", str(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"),
+                            "-q", "--out", str(tmp_path / "o"), "--trace", str(trace),
+                            "--model", "qwen3_1_7b"], capsys)
+    assert code in (0, None), err
+    assert json.loads((tmp_path / "o" / "metrics.json").read_text())["requests_finished"] == 2
