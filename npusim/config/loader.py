@@ -56,7 +56,12 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> A
         try:
             base = load_preset(name)
         except ConfigError as exc:
-            raise ConfigError(source, [(_join(path, "preset"), msg) for _, msg in exc.problems]) from None
+            # A problem inside an existing preset file (bad YAML, not a mapping) names that
+            # file and the line, not only the scenario key that loaded it.
+            inside = Path(exc.source).is_file()
+            raise ConfigError(source, [
+                (_join(path, "preset"), f"in {exc.source}{', ' + where if where else ''}: {msg}"
+                 if inside else msg) for where, msg in exc.problems]) from None
         base = resolve_presets(base, f"preset {name}", path, depth + 1)
         data = deep_merge(base, data)
     return {key: resolve_presets(value, source, _join(path, key), depth) for key, value in data.items()}

@@ -136,3 +136,11 @@ def test_errors_in_a_hw_file_name_that_file_and_its_own_field_paths(tmp_path):
     hw.write_text("- 1\n")
     with pytest.raises(ConfigError, match=r"expected a hardware mapping .*got \[1\]"):
         loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml", hw_file=hw)
+
+
+def test_a_broken_preset_file_is_named_with_its_line(tmp_path, monkeypatch):
+    (tmp_path / "npu").mkdir()
+    (tmp_path / "npu" / "broken.yaml").write_text("kind: npu\ncore: [\n")
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"hw.preset: in .*npu/broken.yaml, line 3, column 1: YAML syntax"):
+        loader.resolve_presets({"hw": {"preset": "npu/broken"}}, "s.yaml")
