@@ -447,19 +447,28 @@ class CoreKvCache:
 # ----------------------------------------------------------------------------- fit check
 def check_model_fits(weight_bytes: int, min_kv_bytes: int, total_sram_bytes: int,
                      total_hbm_bytes: int, *, model_name: str = "the model",
-                     kv_tokens: int | None = None, reserved_sram_bytes: int = 0) -> int:
+                     kv_tokens: int | None = None, kv_requests: int = 1,
+                     reserved_sram_bytes: int = 0) -> int:
     """Raise :class:`MappingError` unless weights + KV fit in the chip's SRAM + HBM.
 
     A necessary condition only (whole-chip capacity; the per-core split can still fail,
     see :func:`plan_core_memory`).  ``min_kv_bytes`` is the KV of the smallest useful
     load (one request at its maximum length, ``kv_tokens`` tokens, named in the message);
+    ``kv_requests`` how many such requests it holds at once (a fixed batch);
     ``reserved_sram_bytes`` is SRAM kept for buffers.  Returns the headroom in bytes.
     """
+    if reserved_sram_bytes > total_sram_bytes:  # the buffers alone do not fit: say that
+        raise MappingError(
+            f"{model_name}: activation/temporary buffers need {format_size(reserved_sram_bytes)} "
+            f"of SRAM but the chip has {_gib(total_sram_bytes)}; use a smaller batch or fewer "
+            "tokens per iteration, or more SRAM per core (hw.core.sram.capacity_bytes)")
     need = weight_bytes + min_kv_bytes
     have = total_sram_bytes - reserved_sram_bytes + total_hbm_bytes
     if need <= have:
         return have - need
-    kv_what = f"KV for one request at {kv_tokens} tokens" if kv_tokens is not None else "KV"
+    kv_what = ("KV" if kv_tokens is None else
+               f"KV for one request at {kv_tokens} tokens" if kv_requests == 1 else
+               f"KV for {kv_requests} requests at {kv_tokens} tokens each")
     reserved = (f" ({format_size(reserved_sram_bytes)} of it reserved for buffers)"
                 if reserved_sram_bytes else "")
     hint = ("add HBM (hw.hbm) or use a chip with more cores" if total_hbm_bytes == 0 else

@@ -293,3 +293,10 @@ def test_check_model_fits_counts_reserved_sram():
     assert check_model_fits(GIB, 0, 2 * GIB, 0) == GIB
     with pytest.raises(MappingError, match=r"1\.5 GiB of it reserved for buffers.*short by 512\.0 MiB"):
         check_model_fits(GIB, 0, 2 * GIB, 0, reserved_sram_bytes=3 * GIB // 2)
+
+
+def test_check_model_fits_names_a_batch_and_buffers_larger_than_the_sram():
+    with pytest.raises(MappingError, match=r"KV for 8 requests at 100 tokens each"):
+        check_model_fits(GIB, 8 * GIB, 2 * GIB, 0, kv_tokens=100, kv_requests=8)
+    with pytest.raises(MappingError, match=r"buffers need 3\.0 GiB of SRAM but the chip has 2\.0 GiB"):
+        check_model_fits(GIB, 0, 2 * GIB, 8 * GIB, reserved_sram_bytes=3 * GIB)

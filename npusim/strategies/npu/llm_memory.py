@@ -110,7 +110,7 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                      config.batch * config.total_len * kv_per_token_layer * model.num_hidden_layers,
                      sram_bytes * used_cores, hbm_bytes * used_cores,
                      model_name=model.name, kv_tokens=config.total_len,
-                     reserved_sram_bytes=buffers * used_cores)
+                     kv_requests=config.batch, reserved_sram_bytes=buffers * used_cores)
     plans = []
     for index, layers in enumerate(layer_ranges):
         weights = [(f"{layer}.{name}", size) for layer in layers
