@@ -66,6 +66,24 @@ class PdConfig(BaseModel):
     def _check(self) -> "PdConfig":
         if self.mode == "disaggregation" and (self.prefill_cores is None or self.decode_cores is None):
             raise ValueError("disaggregation needs pd.prefill_cores and pd.decode_cores")
+        # A field the mode does not use would be ignored silently: say so instead.
+        unused = (("prefill_cores", "decode_cores", "prefill_tp", "decode_tp", "prefill_dp",
+                   "decode_dp") if self.mode == "fusion" else ("cores", "dp"))
+        given = [f"pd.{name}={getattr(self, name)}" for name in unused
+                 if getattr(self, name) != type(self).model_fields[name].default]
+        if given:
+            other = "disaggregation" if self.mode == "fusion" else "fusion"
+            raise ValueError(f"{', '.join(given)}: only mode: {other} uses "
+                             f"{'it' if len(given) == 1 else 'them'}; mode: {self.mode} would "
+                             "ignore it (remove it, or set pd.mode)")
+        if self.mode == "disaggregation":
+            for role, cores, tp, dp in (("prefill", self.prefill_cores, self.prefill_tp, self.prefill_dp),
+                                        ("decode", self.decode_cores, self.decode_tp, self.decode_dp)):
+                group = (tp or self.tp) * dp
+                if cores % group:
+                    raise ValueError(f"pd.{role}_cores = {cores} is not a multiple of {role} tp x dp "
+                                     f"= {group}: {cores % group} core(s) would sit idle; expected "
+                                     f"{cores - cores % group} or {cores - cores % group + group}")
         if self.decode_core is not None and self.mode != "disaggregation":
             raise ValueError("pd.decode_core needs mode: disaggregation (fusion runs both "
                              "phases on the same cores)")

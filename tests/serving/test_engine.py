@@ -221,12 +221,14 @@ def test_decode_core_variant_needs_disaggregation():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("workload.pd.prefill_cores=60", "prefill_cores + decode_cores = 81 exceeds the chip's 64 cores"),
+    ("workload.pd.prefill_cores=63", "prefill_cores + decode_cores = 84 exceeds the chip's 64 cores"),
     ("workload.scheduler=fifo_magic", "unknown scheduler 'fifo_magic'"),
     ("workload.preemption=swap", "'swap' moves a preempted request's KV to host memory"),
     ("hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200}, "
      "port_core: 64}", "host.port_core = 64 is not a core of this 64-core chip"),
     ("workload.pd.decode_core={hbm_channels: 3}", "must be a power of two"),
+    ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"),
+    ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
 ])
 def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", DISAGG, "-q",
