@@ -18,7 +18,7 @@ import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -145,7 +145,6 @@ def _describe_input(value: Any) -> str:
 
 def _model_at(model: Any, loc: tuple) -> type[BaseModel] | None:
     """Best-effort: the pydantic model class reached by following ``loc`` from ``model``."""
-    from typing import get_args, get_origin
 
     current: Any = model
     for part in loc:
@@ -184,8 +183,10 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
         parts: list[Any] = []
         node = data
         for part in error["loc"]:
+            if node is not None and not isinstance(node, (Mapping, list)):
+                break  # the user wrote a scalar here (a shorthand): the rest is internal
             if isinstance(node, Mapping) and isinstance(part, str) and part not in node \
-                    and node.get("kind") == part:
+                    and part in (node.get("kind"), node.get("type")):
                 continue  # union tag, not a key the user wrote
             if isinstance(part, str) and (part.startswith("function-") or "[" in part):
                 continue  # validator wrapper names
@@ -203,7 +204,7 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             known = sorted(owner.model_fields) if owner else []
             close = difflib.get_close_matches(str(parts[-1]), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            listing = f" Known keys: {', '.join(known)}." if known else ""
+            listing = f" (known keys: {', '.join(known)})" if known else ""
             message = f"unknown key{hint}{listing}"
         elif kind == "missing":
             message = "required field is missing"
@@ -211,7 +212,8 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             ctx = error.get("ctx", {})
             message = f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
         elif kind == "union_tag_not_found":
-            message = "missing 'kind:' key naming which part this is"
+            tag = str(error.get("ctx", {}).get("discriminator", "kind")).strip("'\"")
+            message = f"missing '{tag}:' key naming which part this is"
         else:
             message = f"{error['msg'].removeprefix('Value error, ')} (got {_describe_input(error.get('input'))})"
         problems.append((path, message))
@@ -230,6 +232,8 @@ def _owner_model(model: Any, data: Any, parts: list[Any]) -> type[BaseModel] | N
             continue
         node = node.get(part) if isinstance(node, Mapping) else None
         nxt = _model_at(current, (part,))
+        if nxt is None and isinstance(node, Mapping):
+            nxt = _tagged_member(current, part, node)
         if nxt is None and isinstance(node, Mapping) and "kind" in node:
             for category in registry.categories():
                 entry = registry.entries(category).get(node["kind"])
@@ -240,6 +244,26 @@ def _owner_model(model: Any, data: Any, parts: list[Any]) -> type[BaseModel] | N
             return None
         current = nxt
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _tagged_member(owner: Any, field: str, node: Mapping) -> type[BaseModel] | None:
+    """The member of the union at ``owner.field`` whose ``kind``/``type`` tag ``node`` names."""
+    fields = getattr(owner, "model_fields", {})
+    if field not in fields:
+        return None
+    pending, members = [fields[field].annotation], []
+    while pending:  # flatten Optional / Annotated / Union / list nesting
+        current = pending.pop()
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            members.append(current)
+        else:
+            pending.extend(get_args(current))
+    for member in members:
+        for tag in ("kind", "type"):
+            info = member.model_fields.get(tag)
+            if info is not None and tag in node and info.default == node[tag]:
+                return member
+    return None
 
 
 def validate(model: Any, data: Any, source: str) -> Any:

@@ -38,6 +38,11 @@ def test_run_writes_every_output(tmp_path, capsys):
     ("workload.kind=warp_drive", "unknown kind 'warp_drive'"),  # unknown part
     ("name=../../escape", "'../../escape'"),                    # the name is the default --out
     ("run.energy={mac_fp16_pj: .inf}", "finite number (got inf)"),  # would be invalid JSON
+    # paths name what the user wrote: no union tags, no shorthand internals, the real tag key
+    ("workload={kind: taskgraph, tasks: [{name: c, unit: core0.sa}]}",
+     "workload.tasks[0]: missing 'type:' key"),
+    ("workload={kind: taskgraph, tasks: [{type: transfer, name: c, size_bytes: -1, "
+     "src: core0.sram, dst: core1.sram}]}", "workload.tasks[0].size_bytes: expected a non-negative"),
 ])
 def test_bad_input_gives_one_clear_message_and_nonzero_exit(override, expected, tmp_path, capsys):
     code, _, err = run_cli(["run", str(QUICKSTART), "--set", override, "--out", str(tmp_path)], capsys)

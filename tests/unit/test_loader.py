@@ -144,3 +144,20 @@ def test_a_broken_preset_file_is_named_with_its_line(tmp_path, monkeypatch):
     monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
     with pytest.raises(ConfigError, match=r"hw.preset: in .*npu/broken.yaml, line 3, column 1: YAML syntax"):
         loader.resolve_presets({"hw": {"preset": "npu/broken"}}, "s.yaml")
+
+
+def test_error_paths_follow_what_the_user_wrote():
+    base = loader.load_raw(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml")
+
+    def problems(trace):
+        data = {**base, "workload": {**base["workload"], "trace": trace}}
+        with pytest.raises(ConfigError) as info:
+            loader.scenario_from_dict(data)
+        return info.value.problems
+
+    shorthand = problems({"num_requests": 4, "arrival": {"kind": "poisson", "rate_per_s": 1},
+                          "prompt": 0, "output": 5})
+    assert shorthand[0][0] == "workload.trace.prompt"  # not ...prompt.fixed.tokens
+    extra = problems({"num_requests": 4, "arrival": {"kind": "poisson", "rate_per_s": 1, "bogus": 2},
+                      "prompt": 5, "output": 5})
+    assert extra == [("workload.trace.arrival.bogus", "unknown key (known keys: kind, rate_per_s)")]
