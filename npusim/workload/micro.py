@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
-from npusim.core.units import Bytes, TimePs
+from npusim.core.units import Bytes, TimePs, format_bytes
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.workload.program import Program
 
@@ -57,8 +57,15 @@ def lower_gemm(device, config: GemmWorkloadConfig, seed: int = 0) -> Program:
         if num_cores is not None and not 0 <= core < num_cores:
             raise MappingError(f"workload.cores: core {core} does not exist "
                                f"(the device has cores 0..{num_cores - 1})")
-    graph = TaskGraph(name="gemm")
     parts = len(config.cores)
+    sram = getattr(getattr(getattr(device.config, "core", None), "sram", None), "capacity_bytes", None)
+    resident = config.k * -(-config.n // parts) * config.dtype_bytes  # the widest core's slice
+    if config.weights_in == "sram" and sram is not None and resident > sram:
+        raise MappingError(f"workload.weights_in: sram, but each core's weight slice is "
+                           f"{format_bytes(resident)} (k x n / {parts} cores x {config.dtype_bytes} B) "
+                           f"and a core has {format_bytes(sram)} of SRAM; use weights_in: hbm, "
+                           "more cores, or more SRAM (hw.core.sram.capacity_bytes)")
+    graph = TaskGraph(name="gemm")
     outputs = []
     for rank, core in enumerate(config.cores):
         cols = config.n // parts + (1 if rank < config.n % parts else 0)
