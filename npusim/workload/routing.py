@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,41 +91,78 @@ class RoutingHeader:
 
     @classmethod
     def from_mapping(cls, data: Any, source: str) -> "RoutingHeader":
-        """Build a header from parsed JSON, naming the bad field on error."""
+        """Build a header from parsed JSON, naming the bad field on error.
+
+        Every field is type-checked here (JSON ``true`` is not an integer, ``"false"`` is
+        not a boolean) so a hand-edited header fails with its field, never later with a
+        Python error.  Unknown keys are ignored (newer writers may add some).
+        """
         if not isinstance(data, dict):
             raise TraceError(f"{source}: header: expected a JSON object, got "
-                             f"{type(data).__name__}")
+                             f"{_json_type(data)}")
         if data.get("format", FORMAT_NAME) != FORMAT_NAME:
             raise TraceError(f"{source}: header.format: expected {FORMAT_NAME!r}, got "
-                             f"{data.get('format')!r}")
-        if data.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+                             f"{_short(data.get('format'))}")
+        version = data.get("version", FORMAT_VERSION)
+        if not _is_int(version):
+            raise TraceError(f"{source}: header.version: expected the integer "
+                             f"{FORMAT_VERSION}, got {_short(version)}")
+        if version != FORMAT_VERSION:
             raise TraceError(f"{source}: header.version: expected {FORMAT_VERSION}, got "
-                             f"{data.get('version')!r} (written by another npusim version)")
+                             f"{version} (written by another npusim version)")
         ints = {"num_layers": 1, "num_experts": 1, "top_k": 1, "tokens": 1}
         for key, minimum in ints.items():
             value = data.get(key)
             if value is None:
                 raise TraceError(f"{source}: header.{key}: required field is missing")
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            if not _is_int(value) or value < minimum:
                 raise TraceError(f"{source}: header.{key}: expected an integer >= {minimum}, "
-                                 f"got {value!r}")
+                                 f"got {_short(value)}")
         if not isinstance(data.get("model"), str) or not data["model"]:
-            raise TraceError(f"{source}: header.model: expected the model name, got "
-                             f"{data.get('model')!r}")
+            raise TraceError(f"{source}: header.model: expected the model name (a "
+                             f"non-empty string), got {_short(data.get('model'))}")
         if data["top_k"] > data["num_experts"]:
             raise TraceError(f"{source}: header.top_k: expected at most num_experts "
                              f"{data['num_experts']}, got {data['top_k']}")
-        layers = data.get("moe_layers") or []
-        if not isinstance(layers, list) or not all(isinstance(i, int) and i >= 0
-                                                   for i in layers):
+        layers = data.get("moe_layers", [])
+        if not isinstance(layers, list) or not all(_is_int(i) and i >= 0 for i in layers):
             raise TraceError(f"{source}: header.moe_layers: expected a list of decoder-layer "
-                             f"indices, got {layers!r}")
+                             f"indices (integers >= 0), got {_short(layers)}")
+        # Optional fields: absent means the default; present must have the right type.
+        for key, check, expected in (
+                ("generator", lambda v: isinstance(v, str), "a string"),
+                ("notes", lambda v: isinstance(v, str), "a string"),
+                ("seed", lambda v: v is None or _is_int(v), "an integer or null"),
+                ("weights_normalized", lambda v: isinstance(v, bool), "true or false"),
+                ("params", lambda v: isinstance(v, dict), "a JSON object")):
+            if key in data and not check(data[key]):
+                raise TraceError(f"{source}: header.{key}: expected {expected}, got "
+                                 f"{_short(data[key])}")
         known = {f for f in cls.__dataclass_fields__}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["moe_layers"] = tuple(layers)
-        kwargs["weights_normalized"] = bool(data.get("weights_normalized", False))
-        kwargs["params"] = dict(data.get("params") or {})
         return cls(**kwargs)
+
+
+def _is_int(value: Any) -> bool:
+    """A JSON integer (``bool`` is a Python int subclass, but ``true`` is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+             float: "number", type(None): "null"}
+    return f"a JSON {names.get(type(value), type(value).__name__)} ({_short(value)})"
+
+
+def _short(value: Any) -> str:
+    """``value`` as JSON, shortened to one line a message can hold."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,12 +302,36 @@ def write_routing_trace(path: str | Path, trace: RoutingTrace) -> Path:
     return path
 
 
+#: How an ``.npz`` (a zip archive, possibly empty) starts.  Checked before numpy sees
+#: the file: for anything else ``np.load`` falls back to unpickling and, refused by
+#: ``allow_pickle=False``, suggests loading the file unsafely.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_NOT_A_TRACE = "not a routing trace (an .npz written by npusim's write_routing_trace)"
+
+
 def read_routing_trace(path: str | Path, model: Any = None) -> RoutingTrace:
     """Read and validate a trace written by :func:`write_routing_trace`.
 
-    ``model`` (optional) also checks the trace against that model's MoE layout.
+    ``model`` (optional) also checks the trace against that model's MoE layout.  Never
+    unpickles: a file that is not such an ``.npz`` is a :class:`TraceError`.
     """
     source = str(path)
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except FileNotFoundError:
+        raise TraceError(f"{source}: file not found") from None
+    except IsADirectoryError:
+        raise TraceError(f"{source}: is a directory; expected a routing trace file "
+                         f"(.npz)") from None
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
+    if magic not in _ZIP_MAGIC:
+        what = ("the file is empty" if not magic else
+                "a single .npy array, not an .npz archive" if magic.startswith(b"\x93NUM")
+                else "the file is not a zip archive")
+        raise TraceError(f"{source}: {_NOT_A_TRACE}: {what}")
+    arrays = {}
     try:
         with np.load(path, allow_pickle=False) as data:
             missing = [k for k in ("experts", "weights", "header") if k not in data.files]
@@ -277,16 +339,27 @@ def read_routing_trace(path: str | Path, model: Any = None) -> RoutingTrace:
                 raise TraceError(f"{source}: missing array(s) {', '.join(missing)}; expected "
                                  "experts, weights and header (a file written by "
                                  "write_routing_trace)")
-            experts, weights, raw = data["experts"], data["weights"], data["header"]
-    except FileNotFoundError:
-        raise TraceError(f"{source}: file not found") from None
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise TraceError(f"{source}: not a routing trace (.npz written by "
-                         f"write_routing_trace): {exc}") from None
+            for name in ("experts", "weights", "header"):
+                try:
+                    arrays[name] = data[name]
+                except ValueError as exc:
+                    if "pickle" not in str(exc):
+                        raise
+                    raise TraceError(f"{source}: {name}: holds Python objects; expected a "
+                                     f"numeric array (npusim never unpickles a trace)") from None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error) as exc:
+        raise TraceError(f"{source}: {_NOT_A_TRACE}: damaged archive ({exc})") from None
+    experts, weights, raw = arrays["experts"], arrays["weights"], arrays["header"]
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        raise TraceError(f"{source}: header: expected a 1-D uint8 array of UTF-8 JSON, got "
+                         f"dtype {raw.dtype} with shape {list(raw.shape)}")
     try:
         header_data = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"{source}: header: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceError(f"{source}: header: JSON nested too deeply; expected a flat "
+                         f"object of header fields") from None
     header = RoutingHeader.from_mapping(header_data, source)
     trace = RoutingTrace(header, experts, weights, source)
     validate_routing_trace(trace, model)

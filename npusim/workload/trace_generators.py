@@ -1,5 +1,6 @@
 """Synthetic request traces: arrival processes, length distributions, the ``trace:``
-scenario schema (:class:`TraceSpec`) and the NpuSim §5.5 workload presets.
+scenario schema (:class:`TraceSpec`).  The NpuSim §5.5 workload presets built on them
+are in :mod:`npusim.workload.trace_presets`.
 
 Every generator is deterministic per seed.  :func:`generate_trace` derives three
 independent numpy streams from one seed (arrivals, prompt lengths, output lengths) so
@@ -12,26 +13,32 @@ very bursty gamma arrivals); the shift is far below any simulated latency and ke
 every generated trace readable by :func:`~npusim.workload.traces.read_trace` with its
 default strict ordering.  Only ``fixed`` arrivals with ``interval_s: 0`` (an offline
 batch) produce simultaneous arrivals, on purpose.
+
+Arrival times are int64 picoseconds (:data:`~npusim.workload.traces.MAX_ARRIVAL_PS`, about
+106.8 days).  The schema rejects a gap longer than that and, in :class:`TraceSpec`, a
+trace whose (mean) span would not fit; random draws that still overflow are caught when
+sampled.  Without these checks numpy silently wraps the int64 sums into negative times.
 """
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
 
 from npusim.core.errors import TraceError
 from npusim.core.units import PS_PER_S
-from npusim.workload.traces import Request, RequestTrace, read_trace
+from npusim.workload.traces import MAX_ARRIVAL_PS, Request, RequestTrace, read_trace
 
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
     "FixedLength", "UniformLength", "ZipfLength", "EmpiricalLength", "NormalLength", "LengthSpec",
     "TraceSpec", "generate_trace", "sample_arrivals_ps", "sample_lengths",
-    "ratio", "prefill_dominated", "decode_dominated", "PRESET_FILES", "write_presets",
 ]
 
 
@@ -41,20 +48,58 @@ class _Spec(BaseModel):
 
 # -- arrival processes -------------------------------------------------------------------
 
+#: The longest gap or trace span (seconds) an int64 picosecond arrival time can hold.
+MAX_ARRIVAL_S = MAX_ARRIVAL_PS / PS_PER_S
+_LIMIT = (f"{MAX_ARRIVAL_S:.0f} s (about {MAX_ARRIVAL_S / 86400:.1f} days, the longest span "
+          "int64 picosecond arrival times hold)")
+
+
+def _round_up(value: float) -> str:
+    """``value`` rounded *up* to 4 significant digits, so a suggested minimum works."""
+    step = 10.0 ** (math.floor(math.log10(value)) - 3)
+    return f"{math.ceil(value / step) * step:.4g}"
+
+
+def _check_gap_s(seconds: float | None) -> float | None:
+    """A gap in seconds that fits an arrival time (``None`` passes through)."""
+    # The float product is the one interval_ps rounds, and float-vs-int comparison is
+    # exact, so a gap that passes always fits; 1e300 s gives inf here, not an overflow.
+    if seconds is not None and seconds * PS_PER_S > MAX_ARRIVAL_PS:
+        raise ValueError(f"expected at most {_LIMIT}")
+    return seconds
+
+
+def _check_rate(rate: float | None) -> float | None:
+    """A rate whose (mean) gap ``1 / rate`` fits an arrival time."""
+    # Same float product as FixedArrival.interval_ps, so a fixed rate that passes fits.
+    # (rate <= 0 is left to the field's gt=0, which pydantic may check after this.)
+    if rate is not None and rate > 0 and (1.0 / rate) * PS_PER_S > MAX_ARRIVAL_PS:
+        raise ValueError(f"expected at least {_round_up(1 / MAX_ARRIVAL_S)} requests/s: a "
+                         f"mean gap of at most {_LIMIT}")
+    return rate
+
+
+#: Gaps and rates that fit an arrival time; the error stays on the field that is wrong.
+_GapSeconds = Annotated[float, AfterValidator(_check_gap_s)]
+_Rate = Annotated[float, AfterValidator(_check_rate)]
+
+
 class PoissonArrival(_Spec):
     """Poisson arrivals: exponential gaps with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"] = Field("poisson", description="Poisson arrival process.")
-    rate_per_s: float = Field(gt=0, allow_inf_nan=False,
-                              description="Mean arrival rate in requests per second.")
+    rate_per_s: _Rate = Field(gt=0, allow_inf_nan=False,
+                              description="Mean arrival rate in requests per second (at "
+                                          "least one per ~106.8 days).")
 
 
 class GammaArrival(_Spec):
     """Gamma-distributed gaps: same mean as Poisson, burstiness set by ``cv``."""
 
     kind: Literal["gamma"] = Field("gamma", description="Gamma renewal arrival process.")
-    rate_per_s: float = Field(gt=0, allow_inf_nan=False,
-                              description="Mean arrival rate in requests per second.")
+    rate_per_s: _Rate = Field(gt=0, allow_inf_nan=False,
+                              description="Mean arrival rate in requests per second (at "
+                                          "least one per ~106.8 days).")
     cv: float = Field(gt=0, le=100, allow_inf_nan=False,
                       description="Coefficient of variation of the gaps (std / mean): 1 is "
                                   "Poisson, > 1 bursty, < 1 more regular than Poisson.")
@@ -64,14 +109,14 @@ class FixedArrival(_Spec):
     """Evenly spaced arrivals; ``interval_s: 0`` puts every request at t = 0."""
 
     kind: Literal["fixed"] = Field("fixed", description="Fixed inter-arrival interval.")
-    interval_s: float | None = Field(None, ge=0, allow_inf_nan=False,
-                                     description="Gap between requests in seconds (0: all "
-                                                 "requests arrive at once). Give this or "
-                                                 "rate_per_s.")
-    rate_per_s: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                     description="Arrival rate in requests per second "
-                                                 "(interval = 1 / rate). Give this or "
-                                                 "interval_s.")
+    interval_s: _GapSeconds | None = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="Gap between requests in seconds (0: all requests arrive at once; at "
+                    "most ~106.8 days). Give this or rate_per_s.")
+    rate_per_s: _Rate | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Arrival rate in requests per second (interval = 1 / rate; at least "
+                    "one per ~106.8 days). Give this or interval_s.")
 
     @model_validator(mode="after")
     def _one_of(self) -> "FixedArrival":
@@ -85,6 +130,11 @@ class FixedArrival(_Spec):
         """The gap between consecutive requests in picoseconds."""
         seconds = self.interval_s if self.interval_s is not None else 1.0 / self.rate_per_s
         return round(seconds * PS_PER_S)
+
+    @property
+    def set_by(self) -> str:
+        """The field that sets the interval (for error messages)."""
+        return "interval_s" if self.interval_s is not None else "rate_per_s"
 
 
 ArrivalSpec = Annotated[Union[PoissonArrival, GammaArrival, FixedArrival],
@@ -194,12 +244,21 @@ def _as_spec(value: Any, adapter: TypeAdapter, what: str):
 # -- samplers ----------------------------------------------------------------------------
 
 def sample_arrivals_ps(spec: PoissonArrival | GammaArrival | FixedArrival | dict, n: int,
-                       rng: np.random.Generator | None = None) -> np.ndarray:
-    """``n`` arrival times (int64 ps), the first at 0; random kinds strictly increasing."""
-    spec = _as_spec(spec, _ARRIVAL, "arrival")
-    if n <= 0:
-        return np.zeros(0, dtype=np.int64)
+                       rng: np.random.Generator | None = None, *,
+                       what: str = "arrival") -> np.ndarray:
+    """``n`` arrival times (int64 ps), the first at 0; random kinds strictly increasing.
+
+    ``what`` names the spec in error messages (``workload.trace.arrival`` in a scenario).
+    :class:`TraceError` if an arrival time would not fit int64 picoseconds.
+    """
+    spec = _as_spec(spec, _ARRIVAL, what)
+    if n <= 1:
+        return np.zeros(max(n, 0), dtype=np.int64)
     if isinstance(spec, FixedArrival):
+        span_ps = (n - 1) * spec.interval_ps      # Python int: numpy would wrap silently
+        if span_ps > MAX_ARRIVAL_PS:
+            raise TraceError(f"{what}.{spec.set_by}: got {getattr(spec, spec.set_by)!r}; "
+                             f"{_fixed_span_problem(n, spec)}")
         return np.arange(n, dtype=np.int64) * spec.interval_ps
     rng = rng if rng is not None else np.random.default_rng(0)
     mean_gap_ps = PS_PER_S / spec.rate_per_s
@@ -209,8 +268,31 @@ def sample_arrivals_ps(spec: PoissonArrival | GammaArrival | FixedArrival | dict
         shape = 1.0 / spec.cv ** 2       # gamma(k, theta): cv = 1/sqrt(k), mean = k*theta
         gaps = rng.gamma(shape, mean_gap_ps / shape, size=n - 1)
     # Round each gap to >= 1 ps, then accumulate in integers: exact and strictly increasing.
-    gaps_ps = np.maximum(np.rint(gaps), 1).astype(np.int64)
-    return np.concatenate(([0], np.cumsum(gaps_ps, dtype=np.int64)))
+    rounded = np.maximum(np.rint(gaps), 1)
+    # A long random gap can still overflow: a gap >= 2**63 ps does not cast to int64 and
+    # the int64 running sum wraps silently (its first wrapped value is negative).
+    if rounded.max() < 2.0 ** 63:
+        arrivals = np.concatenate(([0], np.cumsum(rounded.astype(np.int64), dtype=np.int64)))
+        if arrivals.min() >= 0:
+            return arrivals
+    total, index = 0, 0
+    for index, gap in enumerate(rounded.tolist(), start=1):    # exact, error path only
+        total += int(gap)
+        if total > MAX_ARRIVAL_PS:
+            break
+    raise TraceError(f"{what}.rate_per_s: got {spec.rate_per_s!r}; the sampled gaps put "
+                     f"request {index} of {n} at {total / PS_PER_S:.4g} s (the mean span of "
+                     f"{n} requests is {(n - 1) / spec.rate_per_s:.4g} s); expected every "
+                     f"arrival within {_LIMIT}: raise rate_per_s or generate fewer requests")
+
+
+def _fixed_span_problem(n: int, spec: FixedArrival) -> str:
+    """Why ``n`` requests ``spec.interval_ps`` apart do not fit, and what would."""
+    most = 1 + MAX_ARRIVAL_PS // spec.interval_ps
+    return (f"{n} requests {spec.interval_ps / PS_PER_S:.4g} s apart span "
+            f"{(n - 1) * spec.interval_ps / PS_PER_S:.4g} s; expected at most {most} "
+            f"requests at this interval (or a shorter one): the last arrival must come "
+            f"within {_LIMIT}")
 
 
 def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,
@@ -242,22 +324,23 @@ def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,
 
 
 def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
-                   seed: int = 0, source: str | None = None) -> RequestTrace:
+                   seed: int = 0, source: str | None = None, *, where: str = "") -> RequestTrace:
     """A synthetic trace of ``num_requests`` requests, ids ``req-0 .. req-{n-1}``.
 
     ``arrival`` is an arrival spec (or a mapping such as ``{"kind": "poisson",
     "rate_per_s": 2.0}``); ``prompt`` and ``output`` are length specs, mappings, or an
     int for a fixed length.  The same arguments and seed always give the same trace.
+    ``where`` prefixes the field names in error messages (``"workload.trace."``).
     """
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise TraceError(f"num_requests: got {num_requests!r}; expected an integer >= 1")
+        raise TraceError(f"{where}num_requests: got {num_requests!r}; expected an integer >= 1")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise TraceError(f"seed: got {seed!r}; expected an integer >= 0")
-    arrival = _as_spec(arrival, _ARRIVAL, "arrival")
-    prompt = _as_spec(prompt, _LENGTH, "prompt")
-    output = _as_spec(output, _LENGTH, "output")
+        raise TraceError(f"{where}seed: got {seed!r}; expected an integer >= 0")
+    arrival = _as_spec(arrival, _ARRIVAL, f"{where}arrival")
+    prompt = _as_spec(prompt, _LENGTH, f"{where}prompt")
+    output = _as_spec(output, _LENGTH, f"{where}output")
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
-    arrivals = sample_arrivals_ps(arrival, num_requests, streams[0])
+    arrivals = sample_arrivals_ps(arrival, num_requests, streams[0], what=f"{where}arrival")
     prompts = sample_lengths(prompt, num_requests, streams[1], "prompt_tokens")
     outputs = sample_lengths(output, num_requests, streams[2], "output_tokens")
     label = source or (f"generated({_describe(arrival)}, prompt {_describe(prompt)}, "
@@ -313,6 +396,41 @@ class TraceSpec(_Spec):
             return {"kind": "fixed", "tokens": value}
         return value
 
+    @field_validator("num_requests")
+    @classmethod
+    def _span_fits(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # Every generated arrival must fit int64 picoseconds, and so must the first `limit`
+        # of them once rate_scale < 1 stretches them (rescale_rate's exact rounding).
+        # Random kinds are checked on their mean span; a draw that still overflows is
+        # reported by sample_arrivals_ps.  limit, rate_scale and arrival come before
+        # num_requests, so they are in info.data unless they were invalid themselves.
+        arrival = info.data.get("arrival")
+        if value is None or arrival is None:
+            return value
+        if isinstance(arrival, FixedArrival):
+            gap_ps: float = arrival.interval_ps
+            if (value - 1) * gap_ps > MAX_ARRIVAL_PS:
+                raise ValueError(_fixed_span_problem(value, arrival))
+        else:
+            gap_ps = (1.0 / arrival.rate_per_s) * PS_PER_S
+            if (value - 1) * gap_ps > MAX_ARRIVAL_PS:
+                raise ValueError(
+                    f"{value} requests at arrival.rate_per_s {arrival.rate_per_s!r} span "
+                    f"{(value - 1) * gap_ps / PS_PER_S:.4g} s on average; expected at most "
+                    f"{1 + int(MAX_ARRIVAL_PS // gap_ps)} requests at this rate (or a higher "
+                    f"rate): the last arrival must come within {_LIMIT}")
+        scale = info.data.get("rate_scale")
+        kept = min(value, info.data.get("limit") or value)
+        last_ps = (kept - 1) * gap_ps
+        if scale is not None and round(Fraction(last_ps) / Fraction(scale)) > MAX_ARRIVAL_PS:
+            raise ValueError(
+                f"the {kept} requests kept span {last_ps / PS_PER_S:.4g} s"
+                f"{'' if isinstance(arrival, FixedArrival) else ' on average'}, "
+                f"{last_ps / PS_PER_S / scale:.4g} s after rate_scale {scale!r}; expected "
+                f"rate_scale >= {_round_up(last_ps / MAX_ARRIVAL_PS)} (or fewer requests): "
+                f"the last arrival must come within {_LIMIT}")
+        return value
+
     @model_validator(mode="after")
     def _one_source(self) -> "TraceSpec":
         generator = {"arrival": self.arrival, "prompt": self.prompt, "output": self.output,
@@ -332,16 +450,30 @@ class TraceSpec(_Spec):
                              f"prompt, output and num_requests; missing {', '.join(missing)}")
         return self
 
-    def build(self, base_dir: str | Path | None = None, default_seed: int = 0) -> RequestTrace:
-        """The trace this spec describes (files resolved as documented on ``file``)."""
+    def build(self, base_dir: str | Path | None = None, default_seed: int = 0,
+              where: str = "workload.trace") -> RequestTrace:
+        """The trace this spec describes (files resolved as documented on ``file``).
+
+        ``where`` is this spec's path in the configuration, for error messages.
+        """
         if self.file is not None:
             return read_trace(resolve_trace_path(self.file, base_dir), self.format,
                               limit=self.limit, rate_scale=self.rate_scale,
                               allow_simultaneous=self.allow_simultaneous)
         trace = generate_trace(self.num_requests, self.arrival, self.prompt, self.output,
-                               seed=self.seed if self.seed is not None else default_seed)
+                               seed=self.seed if self.seed is not None else default_seed,
+                               where=f"{where}.")
         if self.limit is not None:
             trace = trace.head(self.limit)
+        # The schema checked the mean span; random gaps may still stretch past the limit.
+        last_ps = trace[len(trace) - 1].arrival_ps
+        if round(Fraction(last_ps) / Fraction(self.rate_scale)) > MAX_ARRIVAL_PS:
+            raise TraceError(
+                f"{where}.rate_scale: got {self.rate_scale!r}; the generated requests span "
+                f"{last_ps / PS_PER_S:.4g} s, {last_ps / PS_PER_S / self.rate_scale:.4g} s "
+                f"after scaling; expected rate_scale >= "
+                f"{_round_up(last_ps / MAX_ARRIVAL_PS)}: the last arrival must come within "
+                f"{_LIMIT}")
         return trace.rescale_rate(self.rate_scale)
 
 
@@ -361,74 +493,3 @@ def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> 
             return candidate
     raise TraceError(f"{file}: trace file not found (looked in "
                      f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")
-
-
-# -- presets (NpuSim §5.5) ---------------------------------------------------------------
-
-#: Default arrival rate of the presets (requests/s); use ``rate_scale`` to load harder.
-PRESET_RATE_PER_S = 2.0
-
-
-def ratio(prompt_tokens: int, output_tokens: int, num_requests: int = 32,
-          rate_per_s: float | None = PRESET_RATE_PER_S, seed: int = 0) -> RequestTrace:
-    """NpuSim Fig. 11/14 style task ``prompt_tokens:output_tokens`` (e.g. 100:100,
-    1000:100, 100:1000): fixed lengths, Poisson arrivals at ``rate_per_s``
-    (``None``: every request at t = 0, an offline batch)."""
-    arrival = (FixedArrival(interval_s=0) if rate_per_s is None
-               else PoissonArrival(rate_per_s=rate_per_s))
-    return generate_trace(num_requests, arrival, FixedLength(tokens=prompt_tokens),
-                          FixedLength(tokens=output_tokens), seed=seed,
-                          source=f"ratio {prompt_tokens}:{output_tokens}")
-
-
-def prefill_dominated(num_requests: int = 64, rate_per_s: float = PRESET_RATE_PER_S,
-                      seed: int = 0) -> RequestTrace:
-    """Long prompts, short answers (prompt:output ≈ 9:1, like summarisation or the
-    Azure *code* trace): prompt uniform 512-2048, output uniform 32-256 tokens."""
-    return generate_trace(num_requests, PoissonArrival(rate_per_s=rate_per_s),
-                          UniformLength(low=512, high=2048), UniformLength(low=32, high=256),
-                          seed=seed, source="prefill_dominated")
-
-
-def decode_dominated(num_requests: int = 64, rate_per_s: float = PRESET_RATE_PER_S,
-                     seed: int = 0) -> RequestTrace:
-    """Short prompts, long answers (prompt:output ≈ 1:9, like open-ended generation):
-    prompt uniform 32-256, output uniform 512-2048 tokens."""
-    return generate_trace(num_requests, PoissonArrival(rate_per_s=rate_per_s),
-                          UniformLength(low=32, high=256), UniformLength(low=512, high=2048),
-                          seed=seed, source="decode_dominated")
-
-
-#: The files shipped in ``traces/`` and the preset call that produces each.
-PRESET_FILES: dict[str, Any] = {
-    "prefill_dominated_64.csv": lambda: prefill_dominated(64),
-    "decode_dominated_64.csv": lambda: decode_dominated(64),
-    "ratio_1_1_32.csv": lambda: ratio(100, 100, 32),
-    "ratio_10_1_32.csv": lambda: ratio(1000, 100, 32),
-    "ratio_1_10_32.csv": lambda: ratio(100, 1000, 32),
-    "ratio_1_1_32.jsonl": lambda: ratio(100, 100, 32),
-    # Saturating loads for NpuSim Fig. 14 (the validation cases replay them 500x faster):
-    # 512 requests keep all 16 stages of a PD fusion pipeline busy with decodes.
-    "ratio_1_10_512.csv": lambda: ratio(100, 1000, 512),
-    "ratio_1_1_512.csv": lambda: ratio(100, 100, 512),
-    "ratio_10_1_512.csv": lambda: ratio(1000, 100, 512),
-}
-
-
-def write_presets(directory: str | Path) -> list[Path]:
-    """(Re)write every file of :data:`PRESET_FILES` into ``directory``."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, make in PRESET_FILES.items():
-        trace = make()
-        path = directory / name
-        written.append(trace.write_jsonl(path) if name.endswith(".jsonl") else trace.write_csv(path))
-    return written
-
-
-if __name__ == "__main__":  # python -m npusim.workload.trace_generators [DIR]
-    import sys
-
-    for written_path in write_presets(sys.argv[1] if len(sys.argv) > 1 else "traces"):
-        print(written_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pytest
@@ -145,6 +146,22 @@ def test_capacity_keeps_the_first_tokens_of_an_overfull_expert():
     assert none.computed.tolist() == [3, 2, 2, 1] and none.padded == 0
 
 
+@pytest.mark.parametrize("value, expect", [
+    (float("inf"), "Input should be a finite number (got inf)"),
+    (float("nan"), "Input should be a finite number (got nan)"),
+    (1e308, "Input should be less than or equal to 1000 (got 1e+308)"),
+])
+def test_capacity_factor_must_be_finite_and_bounded(value, expect):
+    # inf used to reach apply_capacity and fail there with an OverflowError traceback.
+    from npusim.config.loader import validate
+
+    data = {"kind": "llm", "model": "qwen3_30b_a3b", "prompt_len": 16,
+            "expert_placement": {"kind": "ep", "capacity_factor": value}}
+    with pytest.raises(ConfigError) as error:
+        validate(LlmWorkloadConfig, data, "scenario.yaml")
+    assert error.value.problems == [("expert_placement.capacity_factor", expect)]
+
+
 # ------------------------------------------------------------------ routing files
 def _raw_trace(path, experts, weights, num_layers):
     header = RoutingHeader(model=MODEL.name, num_layers=num_layers, num_experts=E, top_k=K,
@@ -164,6 +181,28 @@ def test_a_routing_file_naming_a_missing_expert_is_rejected(tmp_path):
     message = str(error.value)
     assert "bad.npz" in message and "expert id 999 does not exist" in message
     assert "0..127" in message and "Traceback" not in message
+
+
+@pytest.mark.parametrize("name, content, expect", [
+    ("params.npz", None, "params.npz: header.params: expected a JSON object, got 5"),
+    ("ls.npz", b"\x7fELF\x02\x01\x01" + bytes(64),
+     "ls.npz: not a routing trace (an .npz written by npusim's write_routing_trace)"),
+])
+def test_malformed_routing_files_are_config_errors(tmp_path, name, content, expect):
+    path = tmp_path / name
+    if content is None:
+        trace = balanced_trace(MODEL, 8)
+        header = dict(json.loads(trace.header.to_json()), params=5)
+        np.savez(path, experts=trace.experts, weights=trace.weights,
+                 header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8))
+    else:
+        path.write_bytes(content)
+    from npusim.config.loader import validate
+
+    data = {"kind": "llm", "model": "qwen3_30b_a3b", "prompt_len": 8, "routing": {"file": str(path)}}
+    with pytest.raises(ConfigError) as error:
+        validate(LlmWorkloadConfig, data, "scenario.yaml")
+    assert expect in str(error.value) and "pickle" not in str(error.value)
 
 
 def test_routing_files_with_wrong_layers_or_unnormalised_weights_are_rejected(tmp_path):

@@ -357,3 +357,78 @@ def test_header_is_plain_json():
     data = json.loads(header.to_json())
     assert data["format"] == "npusim-routing-trace" and data["notes"] == "é"
     assert RoutingHeader.from_mapping(data, "x") == header
+
+
+# ------------------------------------------------------- malformed files and headers
+def _with_header(path, header):
+    """A trace file whose header is ``header`` (any JSON value) and arrays are SMALL's."""
+    np.savez(path, experts=np.zeros((3, 4, 2), np.int16), weights=np.zeros((3, 4, 2), np.float32),
+             header=np.frombuffer(json.dumps(header).encode(), np.uint8))
+    return path
+
+
+@pytest.mark.parametrize("key, value, expect", [
+    ("params", 5, "header.params: expected a JSON object, got 5"),
+    ("params", [1, 2], "header.params: expected a JSON object, got [1, 2]"),
+    ("params", "abc", 'header.params: expected a JSON object, got "abc"'),
+    ("generator", 3, "header.generator: expected a string, got 3"),
+    ("notes", None, "header.notes: expected a string, got null"),
+    ("seed", "7", 'header.seed: expected an integer or null, got "7"'),
+    ("weights_normalized", "false", 'header.weights_normalized: expected true or false, got "false"'),
+    ("moe_layers", 0, "header.moe_layers: expected a list of decoder-layer indices (integers >= 0), got 0"),
+    ("moe_layers", [True], "header.moe_layers: expected a list of decoder-layer indices (integers >= 0), got [true]"),
+    ("tokens", True, "header.tokens: expected an integer >= 1, got true"),
+    ("version", True, "header.version: expected the integer 1, got true"),
+    ("model", 5, "header.model: expected the model name (a non-empty string), got 5"),
+])
+def test_every_header_field_is_type_checked(tmp_path, key, value, expect):
+    # params: 5 used to escape as "TypeError: 'int' object is not iterable".
+    header = dict(json.loads(balanced_trace(SMALL, 4).header.to_json()), **{key: value})
+    path = _with_header(tmp_path / "h.npz", header)
+    with pytest.raises(TraceError) as err:
+        read_routing_trace(path)
+    assert str(err.value) == f"{path}: {expect}"
+
+
+def test_header_that_is_not_an_object_or_not_bytes(tmp_path):
+    with pytest.raises(TraceError, match=r"h\.npz: header: expected a JSON object, got a JSON "
+                                         r"array \(\[1\]\)"):
+        read_routing_trace(_with_header(tmp_path / "h.npz", [1]))
+    text = json.dumps(json.loads(balanced_trace(SMALL, 4).header.to_json()))
+    np.savez(tmp_path / "u.npz", experts=np.zeros((3, 4, 2), np.int16),
+             weights=np.zeros((3, 4, 2), np.float32), header=np.array(text))
+    with pytest.raises(TraceError, match=r"u\.npz: header: expected a 1-D uint8 array"):
+        read_routing_trace(tmp_path / "u.npz")
+
+
+@pytest.mark.parametrize("name, content, expect", [
+    ("text.npz", b"experts,weights\n1,2\n", "the file is not a zip archive"),
+    ("elf.npz", b"\x7fELF\x02\x01\x01" + bytes(200), "the file is not a zip archive"),
+    ("empty.npz", b"", "the file is empty"),
+    ("truncated.npz", b"PK\x03\x04" + bytes(30), "damaged archive"),
+])
+def test_a_file_that_is_not_an_npz_gets_no_pickle_advice(tmp_path, name, content, expect):
+    # numpy's own message ("contains pickled (object) data ... allow_pickle=") is wrong
+    # here and unsafe advice; npusim never unpickles a trace.
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TraceError) as err:
+        read_routing_trace(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: not a routing trace (an .npz written by npusim's "
+                              "write_routing_trace): ") and expect in message
+    assert "pickle" not in message
+
+
+def test_npy_arrays_and_object_arrays_are_refused_without_unpickling(tmp_path):
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(TraceError, match=r"one\.npy: not a routing trace .*a single \.npy array"):
+        read_routing_trace(tmp_path / "one.npy")
+    header = np.frombuffer(balanced_trace(SMALL, 4).header.to_json().encode(), np.uint8)
+    np.savez(tmp_path / "obj.npz", experts=np.array([{}], dtype=object),
+             weights=np.zeros((3, 4, 2), np.float32), header=header)
+    with pytest.raises(TraceError, match=r"obj\.npz: experts: holds Python objects; expected a "
+                                         r"numeric array"):
+        read_routing_trace(tmp_path / "obj.npz")
+    with pytest.raises(TraceError, match="is a directory"):
+        read_routing_trace(tmp_path)

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from npusim.config.loader import validate
 from npusim.core.errors import ConfigError, TraceError
-from npusim.workload.trace_generators import (PRESET_FILES, FixedArrival, FixedLength,
-                                              GammaArrival, PoissonArrival, TraceSpec,
-                                              UniformLength, ZipfLength, decode_dominated,
-                                              generate_trace, prefill_dominated, ratio,
-                                              sample_arrivals_ps, sample_lengths)
+from npusim.workload.trace_generators import (FixedArrival, FixedLength, GammaArrival,
+                                              PoissonArrival, TraceSpec, UniformLength,
+                                              ZipfLength, generate_trace, sample_arrivals_ps,
+                                              sample_lengths)
+from npusim.workload.trace_presets import PRESET_FILES, decode_dominated, prefill_dominated, ratio
 from npusim.workload.traces import Request, RequestTrace, read_trace
 
 pytestmark = pytest.mark.unit
@@ -438,3 +438,75 @@ def test_tracespec_integer_length_shorthand():
     with pytest.raises(ConfigError, match="greater than or equal to 1"):
         validate(TraceSpec, {"arrival": {"kind": "fixed", "interval_s": 1}, "prompt": 0,
                              "output": 1, "num_requests": 1}, "s.yaml")
+
+
+# -- arrival times must fit int64 picoseconds --------------------------------------------
+
+def _generator(arrival, num_requests=4, **extra):
+    return {"arrival": arrival, "prompt": 10, "output": 5, "num_requests": num_requests,
+            **extra}
+
+
+@pytest.mark.parametrize("arrival, path, got", [
+    ({"kind": "fixed", "interval_s": 1e7}, "arrival.interval_s", "(got 10000000.0)"),
+    ({"kind": "fixed", "interval_s": 1e300}, "arrival.interval_s", "(got 1e+300)"),
+    ({"kind": "fixed", "rate_per_s": 1e-7}, "arrival.rate_per_s", "(got 1e-07)"),
+    ({"kind": "poisson", "rate_per_s": 1e-7}, "arrival.rate_per_s", "(got 1e-07)"),
+    ({"kind": "gamma", "rate_per_s": 1e-7, "cv": 2}, "arrival.rate_per_s", "(got 1e-07)"),
+])
+def test_arrival_gap_beyond_int64_ps_is_a_located_schema_error(arrival, path, got):
+    # Used to escape as OverflowError / "cannot convert float infinity to integer", or
+    # as a RuntimeWarning and a wrapped arrival_ps of -9223372036854775808.
+    with pytest.raises(ConfigError) as info:
+        validate(TraceSpec, _generator(arrival), "scenario.yaml")
+    (where, message), = info.value.problems
+    assert where == path and got in message, message
+    assert "9223372 s" in message and ("at most" in message or "at least 1.085e-07" in message)
+
+
+def test_longest_gap_that_fits_still_generates():
+    trace = TraceSpec.model_validate(_generator({"kind": "fixed", "interval_s": 9223372.0},
+                                                num_requests=2)).build()
+    assert [r.arrival_ps for r in trace] == [0, 9223372 * PS]
+
+
+@pytest.mark.parametrize("data, fragment", [
+    (_generator({"kind": "fixed", "interval_s": 1e6}, 20),
+     "20 requests 1e+06 s apart span 1.9e+07 s; expected at most 10 requests"),
+    (_generator({"kind": "poisson", "rate_per_s": 1e-6}, 20),
+     "20 requests at arrival.rate_per_s 1e-06 span 1.9e+07 s on average; expected at most 10"),
+    (_generator({"kind": "fixed", "interval_s": 1e6}, 6, rate_scale=0.5),
+     "1e+07 s after rate_scale 0.5; expected rate_scale >= 0.5422"),
+])
+def test_trace_span_beyond_int64_ps_is_a_located_schema_error(data, fragment):
+    with pytest.raises(ConfigError) as info:
+        validate(TraceSpec, data, "scenario.yaml")
+    (where, message), = info.value.problems
+    assert where == "num_requests" and fragment in message, message
+    # limit keeps only the first requests, so the stretched span fits again.
+    validate(TraceSpec, {**_generator({"kind": "fixed", "interval_s": 1e6}, 6),
+                         "rate_scale": 0.5, "limit": 3}, "scenario.yaml")
+
+
+def test_sampled_arrivals_that_overflow_are_reported_without_numpy_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # no "invalid value encountered in cast"
+        # The mean span fits, but these seeds draw a gap longer than ~106.8 days.
+        spec = TraceSpec.model_validate(_generator({"kind": "poisson", "rate_per_s": 1.1e-7},
+                                                   2, seed=0))
+        with pytest.raises(TraceError, match=r"^workload\.trace\.arrival\.rate_per_s: got "
+                                             r"1\.1e-07; .* request 1 of 2 at 2\.994e\+07 s"):
+            spec.build()
+        with pytest.raises(TraceError, match=r"^arrival\.rate_per_s: got 1\.1e-07; .*within "
+                                             r"9223372 s"):
+            generate_trace(2, {"kind": "gamma", "rate_per_s": 1.1e-7, "cv": 3}, 1, 1, seed=0)
+        with pytest.raises(TraceError, match=r"^arrival\.interval_s: got 1000000\.0; 20 requests"):
+            generate_trace(20, FixedArrival(interval_s=1e6), 1, 1)
+        # The sampled span fits, but rate_scale 0.5 doubles it past the limit.
+        stretched = TraceSpec.model_validate(_generator({"kind": "poisson", "rate_per_s": 2.2e-7},
+                                                        2, seed=7, rate_scale=0.5))
+        with pytest.raises(TraceError, match=r"^workload\.trace\.rate_scale: got 0\.5; .* "
+                                             r"expected rate_scale >= 0\.5901"):
+            stretched.build()

@@ -44,15 +44,21 @@ __all__ = ["ExpertPlacementConfig", "Assignment", "MoeRouting", "expert_placemen
 
 #: Weighted sum of the expert outputs: one multiply by the routing weight, one add.
 COMBINE_FLOPS_PER_ELEMENT = 2
+#: Largest ``capacity_factor``: above every shipped model's ``experts / top_k`` (<= 32).
+MAX_CAPACITY_FACTOR = 1000
 
 
 class ExpertPlacementConfig(PartConfig):
     """Fields shared by every expert placement: the capacity rule."""
 
     kind: Literal["_base"] = "_base"
+    # Bounded so the cap stays an ordinary integer: inf or 1e308 overflow ceil(), and
+    # past experts / top_k (16 for Qwen3-30B-A3B) a larger factor only adds padding.
     capacity_factor: float | None = Field(
-        None, gt=0, description="Cap each expert at ceil(cf * tokens * top_k / experts) "
-                                "tokens per iteration (None: no cap).")
+        None, gt=0, le=MAX_CAPACITY_FACTOR, allow_inf_nan=False,
+        description="Cap each expert at ceil(cf * tokens * top_k / experts) tokens per "
+                    f"iteration (None: no cap); finite, at most {MAX_CAPACITY_FACTOR} "
+                    "(cf >= experts / top_k never drops a token).")
     overflow: Literal["drop", "pad"] = Field(
         "drop", description="drop: pairs beyond the capacity are dropped (counted); pad: "
                             "nothing dropped, every expert padded up to the capacity.")
