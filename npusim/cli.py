@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from npusim.core.errors import MappingError, NpusimError
+from npusim.core.errors import MappingError, NpusimError, TraceError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
@@ -125,8 +125,8 @@ def run(
         out_dir = check_output_dir(out or Path("out") / config.name)  # before the run
         try:
             result = _simulate_with_progress(simulate, config, quiet)
-        except MappingError as exc:  # the config was valid but cannot run: say which one
-            raise MappingError(f"{scenario}: {exc}") from None
+        except (MappingError, TraceError) as exc:  # valid config that cannot run: say which
+            raise type(exc)(f"{scenario}: {exc}") from None
         result.write(out_dir)
         if not quiet:
             _summary_table(result)

@@ -214,6 +214,10 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
         elif kind == "union_tag_not_found":
             tag = str(error.get("ctx", {}).get("discriminator", "kind")).strip("'\"")
             message = f"missing '{tag}:' key naming which part this is"
+        elif kind == "value_error" and isinstance(error.get("input"), Mapping):
+            # A check across a whole block names its fields itself; echoing the block
+            # would only bury the message.
+            message = error["msg"].removeprefix("Value error, ")
         else:
             message = f"{error['msg'].removeprefix('Value error, ')} (got {_describe_input(error.get('input'))})"
         problems.append((path, message))

@@ -161,3 +161,13 @@ def test_error_paths_follow_what_the_user_wrote():
     extra = problems({"num_requests": 4, "arrival": {"kind": "poisson", "rate_per_s": 1, "bogus": 2},
                       "prompt": 5, "output": 5})
     assert extra == [("workload.trace.arrival.bogus", "unknown key (known keys: kind, rate_per_s)")]
+
+
+def test_a_check_across_a_block_is_not_followed_by_the_whole_block():
+    data = loader.load_raw(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml",
+                           ["workload.pd.dp=2"])
+    with pytest.raises(ConfigError) as info:
+        loader.scenario_from_dict(data)
+    (path, message), = info.value.problems
+    assert path == "workload.pd" and "pd.dp=2: only mode: fusion" in message
+    assert "got {" not in message
