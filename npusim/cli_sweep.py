@@ -37,6 +37,7 @@ def sweep(
     """Run every point of a sweep and store one Parquet row per point in OUT."""
     from npusim.sweep.runner import EXECUTORS, run_sweep
     from npusim.sweep.spec import load_spec
+    from npusim.sweep.store import ResultStore
 
     def action() -> None:
         if executor not in EXECUTORS:
@@ -46,6 +47,7 @@ def sweep(
             raise NpusimError("--scheduler needs --executor dask")
         parsed = load_spec(spec)
         out_dir = out or Path("out") / "sweeps" / parsed.name
+        ResultStore(out_dir).check_output("--out")  # before any point is resolved or run
         summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
                             scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
@@ -74,13 +76,16 @@ def plot(
     hue: Optional[str] = typer.Option(None, "--hue", help="line: one line per value; "
                                       "cdf: one curve per value."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
-    bins: int = typer.Option(100, "--bins", help="timeline: number of time bins."),
+    bins: int = typer.Option(100, "--bins", help="timeline: number of time bins "
+                             "(1 to 100,000)."),
     logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
                                        "default SOURCE/plot-KIND.png)."),
 ) -> None:
     """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf) to PNG/SVG."""
     from npusim import analysis
+    from npusim.analysis.frames import MAX_BINS
+    from npusim.analysis.plots import check_figure_path
 
     def need(name: str, given: Optional[str]) -> str:
         if not given:
@@ -92,9 +97,15 @@ def plot(
             raise NpusimError(f"--kind: unknown plot {kind!r}; expected one of {', '.join(PLOT_KINDS)}")
         if not source.exists():
             raise NpusimError(f"{source}: no such directory")
-        if out is not None and out.suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise NpusimError(f"--out {out}: unsupported figure format {out.suffix!r}; "
-                              "use .png, .svg or .pdf")
+        if not source.is_dir():
+            raise NpusimError(f"{source}: not a directory; expected a sweep directory (npusim "
+                              "sweep --out DIR) or a run directory (npusim run --out DIR)")
+        # The figure path is checked before anything is loaded or drawn.
+        target = check_figure_path(out, "--out") if out is not None else \
+            check_figure_path(source / f"plot-{kind}.png")
+        if kind == "timeline" and not 1 <= bins <= MAX_BINS:
+            raise NpusimError(f"--bins: expected a number of time bins from 1 to "
+                              f"{MAX_BINS:,}, got {bins}")
         is_run = (source / "ops.csv").is_file()
         if kind == "timeline" or (kind == "cdf" and is_run):
             if not is_run:
@@ -123,7 +134,7 @@ def plot(
             else:
                 figure = analysis.plot_latency_cdf(frame[frame["status"] == "ok"],
                                                    column=need("--value", value), by=hue)
-        path = analysis.save_figure(figure, out or source / f"plot-{kind}.png")
+        path = analysis.save_figure(figure, target)
         typer.echo(f"wrote {path}")
 
     _guard(action)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import operator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -13,8 +14,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+#: Most time bins a utilisation timeline may have (each unit gets a row of this many).
+MAX_BINS = 100_000
+
+
 class AnalysisError(NpusimError):
-    """An analysis input is missing or names an unknown column."""
+    """An analysis input is missing or names an unknown (or non-numeric) column."""
 
 
 def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame":
@@ -48,6 +53,40 @@ def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: 
             raise AnalysisError(f"no column {column!r} in the {what}{hint}")
 
 
+def _is_numeric(series: "pd.Series") -> bool:
+    """Numbers (or booleans) only: a numeric dtype, or an object column of numbers."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(series):
+        return True
+    if series.dtype != object:
+        return False
+    return all(isinstance(v, (int, float)) for v in series.dropna())
+
+
+def require_numeric(frame: "pd.DataFrame", columns: Iterable[str | None],
+                    what: str = "table") -> None:
+    """Raise :class:`AnalysisError` for a column that holds text (a plot would fail deep in
+    pandas or matplotlib): it names the column, an example value and numeric columns to
+    use instead, the closest names first."""
+    import pandas as pd
+
+    for column in columns:
+        if column is None or _is_numeric(frame[column]):
+            continue
+        sample = next((v for v in frame[column] if not pd.isna(v)), None)
+        numeric = [str(c) for c in frame.columns
+                   if c != "point" and frame[c].notna().any() and _is_numeric(frame[c])]
+        close = difflib.get_close_matches(str(column), numeric, n=3, cutoff=0.5)
+        shown = list(dict.fromkeys(close + numeric))[:8]
+        more = f", ... ({len(numeric)} in all)" if len(numeric) > len(shown) else ""
+        listing = f"numeric columns: {', '.join(shown)}{more}" if numeric else \
+            f"the {what} has no numeric column"
+        owner = "" if what == "table" else f" of the {what}"
+        raise AnalysisError(f"column {column!r}{owner} is not numeric (values like "
+                            f"{sample!r}); {listing}")
+
+
 def pareto_front(frame: "pd.DataFrame", x: str, y: str,
                  minimize: Sequence[bool] = (True, True)) -> "pd.DataFrame":
     """Rows not dominated in (``x``, ``y``), sorted by ``x``.
@@ -57,6 +96,7 @@ def pareto_front(frame: "pd.DataFrame", x: str, y: str,
     strictly better in one; of rows tied in both, the first is kept.
     """
     require_columns(frame, (x, y))
+    require_numeric(frame, (x, y))
     data = frame.dropna(subset=[x, y])
     sx = 1 if minimize[0] else -1
     sy = 1 if minimize[1] else -1
@@ -95,6 +135,13 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     import numpy as np
     import pandas as pd
 
+    try:
+        count = operator.index(bins)  # ints and numpy integers; not 2.5, not "10"
+    except TypeError:
+        count = 0
+    if not 1 <= count <= MAX_BINS:  # 0 bins draws an empty figure, -3 crashes numpy
+        raise AnalysisError(f"bins: expected a whole number from 1 to {MAX_BINS:,}, got {bins!r}")
+    bins = count
     ops = as_ops(source)
     require_columns(ops, ("unit", "start_ps", "end_ps"), "ops table")
     ops = ops[(ops["end_ps"] > ops["start_ps"]) & (ops["unit"].astype(str) != "")]
@@ -141,6 +188,25 @@ def _requests(source: Any) -> "pd.DataFrame | None":
     return None
 
 
+def _expand_lists(values: "pd.Series", column: str) -> "pd.Series":
+    """A column of JSON lists (how the store keeps list metrics) as one sample per item."""
+    import pandas as pd
+
+    samples = []
+    for text in values:
+        try:
+            items = json.loads(text) if isinstance(text, str) else None
+        except ValueError:
+            items = None
+        if not isinstance(items, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+            shown = text if len(str(text)) <= 60 else f"{str(text)[:60]}..."
+            raise AnalysisError(f"column {column!r}: expected JSON lists of numbers such as "
+                                f"'[1, 2.5]', got {shown!r}")
+        samples += items
+    return pd.Series(samples, dtype=float)
+
+
 def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series", str]:
     """Latency samples for a CDF and the column they came from.
 
@@ -159,12 +225,14 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
         name = column or next((c for c in names if c in requests), None)
         if name is not None:
             require_columns(requests, (name,), "per-request table")
+            require_numeric(requests, (name,), "per-request table")
             return requests[name].dropna(), name
     if isinstance(source, pd.DataFrame) and column is not None:
         require_columns(source, (column,))
         values = source[column].dropna()
         if len(values) and isinstance(values.iloc[0], str) and values.iloc[0].startswith("["):
-            values = pd.Series([v for text in values for v in json.loads(text)], dtype=float)
+            return _expand_lists(values, column), column
+        require_numeric(source, (column,))
         return values, column
     ops = as_ops(source)
     require_columns(ops, ("duration_ps",), "ops table")

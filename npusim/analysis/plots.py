@@ -7,11 +7,13 @@ columns (``*_ps``) are shown in a readable unit (ns, us, ms or s).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from npusim.analysis.frames import (AnalysisError, latency_samples, pareto_front,
-                                    require_columns, utilisation_timeline)
+                                    require_columns, require_numeric, utilisation_timeline)
+from npusim.core.errors import OutputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,6 +58,7 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
     says so when any vary).
     """
     require_columns(frame, (x, y, hue))
+    require_numeric(frame, (y, x if logx else None))  # a text x is fine: categories
     data = _ok(frame).dropna(subset=[y])
     if data.empty:
         raise AnalysisError(f"no finished points with a value for {y!r}")
@@ -88,6 +91,10 @@ def plot_heatmap(frame: "pd.DataFrame", x: str, y: str, value: str,
                  title: str | None = None) -> "Figure":
     """Mean of ``value`` over the grid of parameters ``x`` (columns) and ``y`` (rows)."""
     require_columns(frame, (x, y, value))
+    if len({x, y, value}) < 3:  # pandas fails with "Grouper ... not 1-dimensional"
+        raise AnalysisError(f"a heatmap needs three different columns, got x={x!r}, y={y!r}, "
+                            f"value={value!r}")
+    require_numeric(frame, (value,))  # x and y are tick labels and may be text
     data = _ok(frame).dropna(subset=[value])
     if data.empty:
         raise AnalysisError(f"no finished points with a value for {value!r}")
@@ -137,6 +144,7 @@ def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] 
     """Every finished point in (``x``, ``y``) with the Pareto front highlighted;
     front points are annotated with the ``label`` column when given."""
     require_columns(frame, (x, y, label))
+    require_numeric(frame, (x, y))
     data = _ok(frame).dropna(subset=[x, y])
     if data.empty:
         raise AnalysisError(f"no finished points with values for {x!r} and {y!r}")
@@ -212,12 +220,34 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
     return ax.figure
 
 
+def check_figure_path(path: str | Path, option: str | None = None) -> Path:
+    """``path`` as a figure file that can be written, checked before drawing: a known
+    suffix (:class:`AnalysisError`), not a directory, under directories, writable
+    (:class:`~npusim.core.errors.OutputError`).  ``option`` (``--out``) prefixes the
+    message."""
+    path = Path(path)
+    where = f"{option} {path}" if option else str(path)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise AnalysisError(f"{where}: unsupported figure format {path.suffix!r}; "
+                            "use .png, .svg or .pdf")
+    if path.is_dir():
+        raise OutputError(f"{where}: is a directory; expected a figure file name, e.g. "
+                          f"{path / ('plot' + path.suffix)}")
+    ancestor = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if ancestor != path and not ancestor.is_dir():
+        raise OutputError(f"{where}: {ancestor} is a file, not a directory; expected a path "
+                          "under a directory")
+    if not os.access(ancestor, os.W_OK):
+        raise OutputError(f"{where}: {'file' if ancestor == path else ancestor} is not writable")
+    return path
+
+
 def save_figure(figure: "Figure", path: str | Path, dpi: int = 120) -> Path:
     """Write ``figure`` to ``path`` (format from the suffix: .png, .svg, .pdf)."""
-    path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise AnalysisError(f"{path}: unsupported figure format {path.suffix!r}; "
-                            "use .png, .svg or .pdf")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi)
+    path = check_figure_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=dpi)
+    except OSError as exc:  # what the checks cannot foresee: a full disk, /proc
+        raise OutputError(f"{path}: cannot write the figure ({exc.strerror or exc})") from None
     return path

@@ -4,6 +4,10 @@ of ``{config path: value}`` (see :mod:`npusim.sweep.spec` for the YAML form).
 Parsers report problems through ``bad(where, message)`` (the spec collects them into
 one :class:`~npusim.core.errors.ConfigError`) and return ``None`` for a broken block,
 so one pass lists every mistake in the file.
+
+A sweep has at most :data:`MAX_POINTS` points (and a random block at most that many
+samples): the rows are built in memory when the spec is read, so a typo such as
+``samples: 100000000`` must be an error, not a machine out of memory.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from typing import Any, Mapping
 
 import yaml
 
-__all__ = ["Axis", "AXIS_KINDS", "PATH", "check_name", "parse_axes"]
+__all__ = ["Axis", "AXIS_KINDS", "MAX_POINTS", "PATH", "check_name", "parse_axes"]
 
 AXIS_KINDS = ("grid", "zip", "random")
+#: Most points one sweep may have (the product of its blocks), and most samples per
+#: random block.  Documented in docs/sweeps.md.
+MAX_POINTS = 1_000_000
 #: A config path: dotted keys with optional list indices (``hw.cores[3].sram_bytes``).
 PATH = re.compile(r"[A-Za-z_][\w-]*(\[\d+\])*(\.[A-Za-z_][\w-]*(\[\d+\])*)*")
 
@@ -75,6 +82,12 @@ def parse_axes(value: Any, bad) -> list[Axis]:
             axis = _parse_listed(kind, body, where, bad)
         if axis is not None:
             axes.append(axis)
+    total = math.prod(len(axis.rows) for axis in axes)
+    if total > MAX_POINTS:
+        sizes = " x ".join(f"{len(axis.rows):,}" for axis in axes)
+        bad("axes", f"the blocks make {sizes} = {total:,} points; at most {MAX_POINTS:,} "
+                    "are allowed")
+        return []
     return axes
 
 
@@ -99,6 +112,12 @@ def _parse_listed(kind: str, body: Any, where: str, bad) -> Axis | None:
             return None
         rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
     else:
+        total = math.prod(len(v) for v in columns.values())
+        if total > MAX_POINTS:  # checked before the product is built in memory
+            sizes = " x ".join(f"{len(v):,}" for v in columns.values())
+            bad(where, f"the grid makes {sizes} = {total:,} points; at most {MAX_POINTS:,} "
+                       "are allowed")
+            return None
         rows = [dict(zip(columns, values)) for values in itertools.product(*columns.values())]
     return Axis(kind, rows)
 
@@ -117,6 +136,9 @@ def _parse_random(body: Any, where: str, bad) -> Axis | None:
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         bad(f"{where}.samples", f"expected a positive number of samples, got {samples!r}")
         return None
+    if samples > MAX_POINTS:
+        bad(f"{where}.samples", f"at most {MAX_POINTS:,} samples are allowed, got {samples:,}")
+        return None
     if not isinstance(params, Mapping) or not params:
         bad(f"{where}.params", f"expected a mapping of config path to a distribution, got {params!r}")
         return None
@@ -129,7 +151,22 @@ def _parse_random(body: Any, where: str, bad) -> Axis | None:
     if len(samplers) != len(params):
         return None
     rng = random.Random(seed)  # one stream per block: the same seed gives the same points
-    return Axis("random", [{p: s(rng) for p, s in samplers.items()} for _ in range(samples)])
+    try:
+        rows = [{p: s(rng) for p, s in samplers.items()} for _ in range(samples)]
+    except (OverflowError, ValueError) as exc:  # e.g. exp() of a bound near the float limit
+        bad(f"{where}.params", f"cannot draw samples: {exc}")
+        return None
+    return Axis("random", rows)
+
+
+def _finite(value: int | float, as_float: bool) -> bool:
+    """Whether a bound is a finite number (and, for ``as_float``, fits in a float)."""
+    if isinstance(value, int) and not as_float:
+        return True
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond the float range
+        return False
 
 
 def _sampler(dist: Any, where: str, bad):
@@ -151,11 +188,22 @@ def _sampler(dist: Any, where: str, bad):
             return None
         return lambda rng: rng.choice(args)
     if (not isinstance(args, list) or len(args) != 2
-            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)
-            or args[0] > args[1]):
+            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
+        bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
+        return None
+    # .nan and .inf are YAML floats: NaN slips through the low <= high check (every
+    # comparison with it is false) and both crash the sampler (int(round(nan)),
+    # int(round(inf))), so refuse them here, with the field path.
+    if not all(_finite(a, kind != "randint") for a in args):
+        bad(f"{where}.{kind}", f"bounds must be finite, got {args!r}")
+        return None
+    if args[0] > args[1]:
         bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
         return None
     low, high = args
+    if kind == "uniform" and not math.isfinite(float(high) - float(low)):
+        bad(f"{where}.uniform", f"the range high - low must be finite, got {args!r}")
+        return None
     if kind == "randint":
         if not all(isinstance(a, int) for a in args):
             bad(f"{where}.randint", f"expected integer bounds, got {args!r}")

@@ -10,7 +10,10 @@ expression after substitution (``"${size}MiB"``) is kept as text and then read l
 Only literals, arithmetic, comparisons, boolean logic, ``x if c else y`` and a few
 functions (``min max abs int float round str len`` and the unit parsers ``size``,
 ``time_ps``, ``freq_hz``, ``bandwidth_bps``) are allowed: a spec file can never run
-arbitrary code.
+arbitrary code.  Nor can it exhaust the machine: an expression is at most
+:data:`MAX_LENGTH` characters and :data:`MAX_DEPTH` levels deep, ``**`` refuses integer
+results above :data:`MAX_POW_BITS` bits and ``*`` refuses to repeat text or a list past
+:data:`MAX_REPEAT` items (``9 ** 9 ** 9`` would otherwise run for hours).
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ from typing import Any, Callable
 from npusim.core.units import parse_bandwidth_bps, parse_bytes, parse_freq_hz, parse_time_ps
 
 REF = re.compile(r"\$\{([^}]*)\}")
+
+#: Longest expression or template, in characters (real ones fit on a line).
+MAX_LENGTH = 2000
+#: Deepest nesting (``-(-(-x))``; a chain ``a + b + c`` adds a level per operator).
+#: Checking, path collection and evaluation recurse once per level, so this keeps them
+#: far from Python's recursion limit.
+MAX_DEPTH = 100
+#: Largest integer ``**`` may produce, in bits (about 3000 decimal digits).
+MAX_POW_BITS = 10_000
+#: Longest text or list ``*`` may build by repetition.
+MAX_REPEAT = 100_000
 
 
 class ExprError(ValueError):
@@ -38,15 +52,52 @@ class ExprError(ValueError):
 
 Lookup = Callable[[str], Any]
 
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def _power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, refused before computing when an integer result would be
+    huge (``9 ** 9 ** 9`` runs for hours): the result has more than (bit length of the
+    base - 1) x exponent bits, known from the operands alone."""
+    if (isinstance(base, int) and isinstance(exponent, int) and exponent > 0
+            and (abs(base).bit_length() - 1) * exponent >= MAX_POW_BITS):
+        shown = f"({base})" if base < 0 else _short(base)
+        raise ExprError(f"{shown} ** {_short(exponent)} is too large: the result "
+                        f"would have more than {MAX_POW_BITS} bits")
+    return operator.pow(base, exponent)
+
+
+def _multiply(left: Any, right: Any) -> Any:
+    """``left * right``, refusing to repeat text or a list past :data:`MAX_REPEAT` items."""
+    for seq, count in ((left, right), (right, left)):
+        if isinstance(seq, (str, list)) and isinstance(count, int) \
+                and len(seq) * count > MAX_REPEAT:
+            raise ExprError(f"{_short(seq)} * {count} would repeat to {len(seq) * count} "
+                            f"items; at most {MAX_REPEAT} are allowed")
+    return operator.mul(left, right)
+
+
+def _modulo(left: Any, right: Any) -> Any:
+    """``left % right`` as arithmetic only: ``'%0999999999d' % 1`` would build a
+    gigabyte of text, and ``'32MiB' % 2`` is a mistake, not a format."""
+    if isinstance(left, str):
+        raise ExprError(f"% on text ({_short(left)} % {_short(right)}) is not arithmetic; "
+                        "convert it first, e.g. size(...) or int(...)")
+    return operator.mod(left, right)
+
+
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": min, "max": max, "abs": abs, "int": int, "float": float, "round": round,
     "str": str, "len": len, "size": parse_bytes, "time_ps": parse_time_ps,
     "freq_hz": parse_freq_hz, "bandwidth_bps": parse_bandwidth_bps,
 }
 _CONSTANTS = {"True": True, "False": False, "None": None, "true": True, "false": False}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow}
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _multiply,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: _modulo,
+           ast.Pow: _power}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
             ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
@@ -71,17 +122,39 @@ def _substitute(text: str) -> tuple[str, dict[str, str]]:
 
 def parse(text: str) -> tuple[ast.AST, dict[str, str]]:
     """Parse an expression (``${...}`` references allowed); raise :class:`ExprError`."""
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"expression is {len(text):,} characters long; at most {MAX_LENGTH:,} "
+                        "are allowed")
     code, names = _substitute(text)
     try:
         tree = ast.parse(code.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"not a valid expression: {exc.msg}", syntax=True) from None
+    except (RecursionError, MemoryError):  # Python's own parser gives up on deep nesting
+        raise ExprError(f"expression nests too deeply; at most {MAX_DEPTH} levels are "
+                        "allowed") from None
+    except ValueError as exc:  # a NUL character
+        raise ExprError(f"not a valid expression: {exc}", syntax=True) from None
+    _check_depth(tree.body)
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     if not set(names) <= used:  # "${x}MiB" glued a reference into a longer name
         raise ExprError("a ${...} reference is part of a longer word, not an expression",
                         syntax=True)
     _check(tree.body)
     return tree.body, names
+
+
+def _check_depth(node: ast.AST) -> None:
+    """Refuse trees deeper than :data:`MAX_DEPTH` (measured without recursing, since
+    recursing is what such a tree would break).  Only expressions count as levels, not
+    the operator and context leaves under them."""
+    stack = [(node, 1)]
+    while stack:
+        child, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"expression nests more than {MAX_DEPTH} levels deep")
+        stack.extend((grandchild, depth + 1) for grandchild in ast.iter_child_nodes(child)
+                     if isinstance(grandchild, ast.expr))
 
 
 def _check(node: ast.AST) -> None:

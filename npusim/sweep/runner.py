@@ -194,11 +194,14 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     started = time.perf_counter()
-    points = spec.points()
     store = ResultStore(out_dir)
-    store.write_manifest(spec.name, spec.param_names, points)
+    store.check_output()  # a file in the way of OUT fails now, not after resolving points
+    points = spec.points()
+    # Read what is stored before writing anything: a damaged file stops the sweep here
+    # (StoreError naming it) with the directory exactly as it was.
     store.compact()  # fold in parts left by an earlier (possibly killed) run
     done = store.finished()
+    store.write_manifest(spec.name, spec.param_names, points)
     todo = [p for p in points if p.key not in done or (retry_failed and done[p.key] == "failed")]
     summary = SweepSummary(out_dir=Path(out_dir), total=len(points),
                            skipped_done=len(points) - len(todo))

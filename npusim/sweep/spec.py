@@ -259,15 +259,65 @@ def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
     raise ConfigError(source, [("base", f"scenario file {value!r} not found (looked in {looked})")])
 
 
+def _set_path(text: str) -> str:
+    return text.split("=", 1)[0].strip()
+
+
 def _parse_set(value: Any, bad) -> list[str]:
+    """``set:`` as ``path=value`` overrides; each path is checked here so a malformed one
+    is reported as ``set.PATH`` of the spec, not as a problem of the base scenario."""
     if value is None:
         return []
     if isinstance(value, Mapping):
-        return [format_override(str(p), v) for p, v in value.items()]
+        return [format_override(str(p), v) for p, v in value.items()
+                if check_name(p, f"set.{p}", bad)]
     if isinstance(value, list) and all(isinstance(v, str) and "=" in v for v in value):
-        return list(value)
+        return [text for i, text in enumerate(value)
+                if check_name(_set_path(text), f"set[{i}]", bad)]
     bad("set", f"expected a mapping path: value or a list of 'path=value', got {value!r}")
     return []
+
+
+def _blame(spec: SweepSpec, exc: ConfigError) -> list[tuple[str, str]]:
+    """Problems of the base scenario with ``set:`` applied, each put on the ``set.PATH``
+    entry that caused it or on the base file.
+
+    A problem the base has on its own is the base's; one at (or inside, or above) a path
+    that ``set:`` assigns is that entry's; anything else appeared only with ``set:``
+    applied (a cross-field rule) and names both.
+    """
+    from npusim.config.loader import scenario_from_dict
+
+    own: set[tuple[str, str]] = set()
+    if exc.source != "--set":  # "--set" problems come from applying an entry, never the base
+        try:
+            scenario_from_dict(spec.base, spec.base_source)
+        except ConfigError as base_exc:
+            own = {(p, m) for p, m in base_exc.problems}
+    paths = [_set_path(text) for text in spec.set]
+
+    def related(assigned: str, path: str) -> bool:
+        return any(a == b or b.startswith(a + ".") or b.startswith(a + "[")
+                   for a, b in ((assigned, path), (path, assigned)))
+
+    blamed = []
+    for path, message in exc.problems:
+        owner = next((a for a in paths if related(a, path)), None)
+        if (path, message) in own or not paths:
+            blamed.append((f"base ({spec.base_source}): {path}", message))
+        elif owner is not None:
+            blamed.append((f"set.{owner}" + ("" if owner == path else f" ({path})"), message))
+        else:
+            blamed.append((f"base ({spec.base_source}) with set: {path}", message))
+    return blamed
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut short: an expression rejected for its length must not be
+    echoed whole (the fuzzed ones were 200,000 characters)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
 def _parse_derived(value: Any, bad) -> dict[str, str]:
@@ -286,7 +336,7 @@ def _parse_derived(value: Any, bad) -> dict[str, str]:
                 expr.parse(template)
             except expr.ExprError as exc:
                 if not exc.syntax:  # text templates ("${n}MiB") are fine, banned code is not
-                    bad(where, f"{exc} (got {template!r})")
+                    bad(where, f"{exc} (got {_shown(template)})")
                     continue
         derived[str(path)] = template
     return derived
@@ -310,7 +360,7 @@ def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
         try:
             expr.parse(item["require"])
         except expr.ExprError as exc:
-            bad(f"{where}.require", f"{exc} (got {item['require']!r})")
+            bad(f"{where}.require", f"{exc} (got {_shown(item['require'])})")
             continue
         constraints.append((item["require"], str(item.get("reason") or f"constraint failed: {item['require']}")))
     return constraints
@@ -323,8 +373,7 @@ def _check_paths(spec: SweepSpec, data: Mapping) -> None:
     try:
         defaults = _base_defaults(spec)
     except ConfigError as exc:
-        raise ConfigError(spec.source, [(f"base ({spec.base_source}): {p}", m)
-                                        for p, m in exc.problems]) from None
+        raise ConfigError(spec.source, _blame(spec, exc)) from None
     raw = _resolve_with_overrides(copy.deepcopy(spec.base), spec.set, spec.base_source)
     swept = set(spec.param_names)
     problems = []

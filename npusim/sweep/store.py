@@ -12,6 +12,11 @@ Layout of ``DIR``:
 * ``manifest.json`` – the spec's points (key, index, parameters) of the latest run, used
   to order columns and to hide rows of points a changed spec no longer has.
 
+Damaged files are reported, never deleted: a file that is not readable Parquet, or a
+manifest that is not the JSON this module writes, raises :class:`StoreError` naming it
+(the user decides whether to move it away), and an output path that cannot hold the
+store raises :class:`~npusim.core.errors.OutputError` before any point runs.
+
 A row holds ``point``, ``status`` (``ok``/``failed``/``skipped``), the swept and derived
 parameters by config path, ``metrics.*`` (scalar metrics, nested dicts flattened with
 dots), ``error``, ``wall_time_s``, ``config_hash``, ``key``, ``npusim_version`` and
@@ -22,8 +27,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from npusim.core.errors import NpusimError, OutputError
+from npusim.core.output_paths import check_output_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +41,11 @@ META_COLUMNS = ("point", "status")
 TAIL_COLUMNS = ("error", "wall_time_s", "config_hash", "key", "npusim_version", "sweep")
 RESULTS_FILE = "results.parquet"
 MANIFEST_FILE = "manifest.json"
+
+
+class StoreError(NpusimError):
+    """A file in a sweep directory is damaged or is not one the store wrote; the message
+    names the file and what to do.  The store never deletes such a file itself."""
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "metrics") -> dict[str, Any]:
@@ -52,11 +66,40 @@ def _atomic_write(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        pq.write_table(table, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            pq.write_table(table, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # disk full, permissions changed mid-sweep: earlier files stay
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"{path}: cannot write the sweep results ({exc.strerror or exc}); "
+                          "points stored so far are kept, re-run to resume") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The gist of a reader's exception: first line, without the path it repeats."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^Could not open Parquet input source '.*?': ", "", text)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _manifest_problem(data: Any) -> str | None:
+    """What is wrong with a parsed manifest, or None if it has the shape readers use."""
+    if not isinstance(data, Mapping):
+        return f"expected a JSON object, got {type(data).__name__}"
+    points = data.get("points")
+    if not isinstance(points, list):
+        return "no 'points' list" if points is None else "'points' is not a list"
+    for i, point in enumerate(points):
+        if not isinstance(point, Mapping) or not isinstance(point.get("key"), str) \
+                or not isinstance(point.get("index"), int) or isinstance(point.get("index"), bool):
+            return f"points[{i}] is not {{key: TEXT, index: INTEGER, ...}}"
+    params = data.get("params", [])
+    if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
+        return "'params' is not a list of config paths"
+    return None
 
 
 def _cell(value: Any) -> Any:
@@ -87,22 +130,57 @@ class ResultStore:
         self.root = Path(root)
         self.parts = self.root / "parts"
 
+    # ---------------------------------------------------------------- checks
+    def check_output(self, option: str | None = None) -> None:
+        """Raise :class:`OutputError` when the directory cannot hold a store: it, or a
+        parent, is a file; ``parts/`` is a file or a result file a directory; no write
+        permission.  Leaves nothing behind (a new directory is created as a probe and
+        removed), so a sweep checks this before resolving its points (a long step) and
+        long before running any; ``option`` (``--out``) prefixes the message."""
+        where = f"{option} {self.root}" if option else str(self.root)
+        check_output_dir(self.root, option or "", purpose="the sweep results")
+        if not self.root.exists():
+            return
+        if self.parts.exists() and not self.parts.is_dir():
+            raise OutputError(f"{where}: {self.parts} is a file, but the store keeps one file "
+                              "per point in that directory; move it away or choose another "
+                              "directory")
+        if self.parts.is_dir() and not os.access(self.parts, os.W_OK | os.X_OK):
+            raise OutputError(f"{where}: {self.parts} is not writable")
+        for name in (RESULTS_FILE, MANIFEST_FILE):
+            if (self.root / name).is_dir():
+                raise OutputError(f"{where}: {self.root / name} is a directory, but the store "
+                                  "writes a file there; move it away or choose another "
+                                  "directory")
+
+    def _make_dirs(self) -> None:
+        try:
+            self.parts.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, no permission, a read-only file system
+            raise OutputError(f"{self.root}: cannot create the sweep directory "
+                              f"({exc.strerror or exc}: {exc.filename or self.parts})") from None
+
     # ---------------------------------------------------------------- writing
     def write_manifest(self, name: str, params: list[str], points: Iterable[Any]) -> None:
         """Record the spec's points (key → index, parameters) for readers."""
-        self.parts.mkdir(parents=True, exist_ok=True)
+        self._make_dirs()
         data = {"sweep": name, "params": params,
                 "points": [{"index": p.index, "key": p.key, "params": p.params} for p in points]}
         path = self.root / MANIFEST_FILE
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise OutputError(f"{path}: cannot write the sweep manifest "
+                              f"({exc.strerror or exc})") from None
 
     def write_row(self, row: Mapping[str, Any]) -> Path:
         """Write one finished point as its own part file, atomically."""
         import pyarrow as pa
 
-        self.parts.mkdir(parents=True, exist_ok=True)
+        self._make_dirs()
         table = pa.Table.from_pylist([{k: _cell(v) for k, v in row.items()}])
         path = self.parts / f"{row['key']}.parquet"
         _atomic_write(table, path)
@@ -112,7 +190,7 @@ class ResultStore:
         """Merge every part into ``results.parquet`` and delete the absorbed parts."""
         import pyarrow as pa
 
-        parts = sorted(self.parts.glob("*.parquet")) if self.parts.is_dir() else []
+        parts = self._part_files()
         if not parts:
             return None
         frame = self._read_all(filter_manifest=False)
@@ -124,8 +202,21 @@ class ResultStore:
 
     # ---------------------------------------------------------------- reading
     def manifest(self) -> dict[str, Any] | None:
+        """The manifest, None when there is none; :class:`StoreError` when it is damaged
+        (re-running the sweep rewrites it: the runner never reads it)."""
         path = self.root / MANIFEST_FILE
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        advice = "re-run the sweep (npusim sweep SPEC --out DIR) to rewrite it"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON, bad UTF-8
+            raise StoreError(f"{path}: not a readable sweep manifest ({_reason(exc)}); "
+                             f"{advice}") from None
+        problem = _manifest_problem(data)
+        if problem is not None:
+            raise StoreError(f"{path}: not a sweep manifest ({problem}); {advice}")
+        return data
 
     def finished(self) -> dict[str, str]:
         """``{key: status}`` of every point stored so far."""
@@ -138,18 +229,14 @@ class ResultStore:
 
     def _read_all(self, filter_manifest: bool, columns: list[str] | None = None) -> "pd.DataFrame":
         import pandas as pd
-        import pyarrow.parquet as pq
 
         files = []
         if (self.root / RESULTS_FILE).is_file():
             files.append(self.root / RESULTS_FILE)
-        if self.parts.is_dir():
-            # Temporary files start with a dot and never match: a killed writer leaves
-            # at most a stray .tmp, which is ignored (and overwritten next time).
-            files += sorted(self.parts.glob("[!.]*.parquet"))
+        files += self._part_files()
         frames = []
         for path in files:
-            table = pq.read_table(path)
+            table = self._read_table(path)
             if columns is not None:
                 table = table.select([c for c in columns if c in table.column_names])
             frames.append(table.to_pandas())
@@ -168,6 +255,36 @@ class ResultStore:
         if "point" in frame:
             frame = frame.sort_values("point", kind="stable").reset_index(drop=True)
         return frame[self._column_order(frame, manifest)] if columns is None else frame
+
+    def _part_files(self) -> list[Path]:
+        """The part files, in name order.  Temporary files start with a dot and never
+        match: a killed writer leaves at most a stray .tmp, which is ignored (and
+        overwritten next time).  Compaction deletes exactly these, after reading them."""
+        if not self.parts.is_dir():
+            return []
+        return sorted(p for p in self.parts.glob("[!.]*.parquet") if p.is_file())
+
+    def _read_table(self, path: Path):
+        """One stored file as a table; :class:`StoreError` naming it when it is damaged or
+        not a results file (checked before anything is merged, written or deleted)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if path.name == RESULTS_FILE:
+            advice = ("move it away to start over (its points run again) or restore it "
+                      "from a backup")
+        else:
+            advice = "move it away; the point it held runs again on the next sweep"
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise StoreError(f"{path}: not a readable Parquet file ({_reason(exc)}); "
+                             f"{advice}") from None
+        missing = [c for c in ("key", "status") if c not in table.column_names]
+        if missing:
+            raise StoreError(f"{path}: not a sweep results file (no {' or '.join(map(repr, missing))} "
+                             f"column); {advice}")
+        return table
 
     @staticmethod
     def _column_order(frame: "pd.DataFrame", manifest: Mapping[str, Any] | None) -> list[str]:

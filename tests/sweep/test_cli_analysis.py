@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -114,3 +116,131 @@ def test_latency_samples_prefer_a_per_request_table():
 def test_load_sweep_on_a_wrong_directory_is_a_user_error(tmp_path):
     with pytest.raises(analysis.AnalysisError, match="not a sweep output directory"):
         analysis.load_sweep(tmp_path)
+
+
+def small_spec(tmp_path, extra=""):
+    """A two-point analytic sweep over quickstart, plus ``extra`` YAML lines."""
+    path = tmp_path / "small.yaml"
+    path.write_text(f"base: {QUICKSTART}\nset: {{run.mode: analytic}}\n"
+                    f"axes: {{workload.m: [64, 128]}}\n{extra}")
+    return path
+
+
+def test_sweep_output_path_problems_are_caught_before_running(tmp_path, capsys):
+    spec = small_spec(tmp_path)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    (tmp_path / "store" / "parts").parent.mkdir()
+    (tmp_path / "store" / "parts").write_text("not a directory")
+    for out, expected in ((afile, "exists and is not a directory"),  # were NotADirectoryError,
+                          (afile / "sub", f"{afile} is a file"),      # FileNotFoundError and
+                          (Path("/proc/sweepx"), "cannot create"),    # FileExistsError
+                          (tmp_path / "store", "parts is a file")):
+        code, _, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
+        assert code == 2 and f"--out {out}: " in err and expected in err, err
+        assert "Traceback" not in err
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["parts"]  # nothing written
+
+
+def test_damaged_store_is_reported_and_kept(tmp_path, capsys):
+    spec, out = small_spec(tmp_path), tmp_path / "sw"
+    assert cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)[0] == 0
+    manifest = (out / "manifest.json").read_text()
+    (out / "results.parquet").write_bytes(b"garbage")
+    code, _, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
+    assert code == 2 and "Traceback" not in err  # was pyarrow's ArrowInvalid
+    assert f"{out / 'results.parquet'}: not a readable Parquet file (" in err
+    assert "move it away to start over" in err
+    assert (out / "results.parquet").read_bytes() == b"garbage"
+    assert (out / "manifest.json").read_text() == manifest  # stopped before writing
+
+    (out / "results.parquet").unlink()
+    (out / "parts" / "x.parquet").write_bytes(b"garbage")
+    code, _, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
+    assert code == 2 and f"{out / 'parts' / 'x.parquet'}: not a readable Parquet file" in err
+    assert (out / "parts" / "x.parquet").read_bytes() == b"garbage"
+
+    (out / "parts" / "x.parquet").unlink()
+    assert cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)[0] == 0
+    plot = ["plot", out, "--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps"]
+    for text, expected in (("{oops", "not a readable sweep manifest"),  # was JSONDecodeError
+                           ('{"params": []}', "no 'points' list")):    # was KeyError
+        (out / "manifest.json").write_text(text)
+        code, _, err = cli(plot, capsys)
+        assert code == 2 and f"{out / 'manifest.json'}: " in err and expected in err
+        assert "Traceback" not in err and (out / "manifest.json").read_text() == text
+
+
+def test_spec_limits_and_bounds_via_the_cli(tmp_path, capsys):
+    for extra, where, expected in (
+            ("  - random: {samples: 2, params: {workload.k: {uniform: [.nan, 10], integer: true}}}",
+             "axes[1].random.params.workload.k.uniform", "bounds must be finite, got [nan, 10]"),
+            ("  - random: {samples: 2, params: {workload.k: {uniform: [1, .inf], integer: true}}}",
+             "axes[1].random.params.workload.k.uniform", "bounds must be finite, got [1, inf]"),
+            ("  - random: {samples: 100000000, params: {workload.k: [64]}}",
+             "axes[1].random.samples", "at most 1,000,000 samples")):
+        path = tmp_path / "limits.yaml"
+        path.write_text(f"base: {QUICKSTART}\nset: {{run.mode: analytic}}\naxes:\n"
+                        f"  - grid: {{workload.m: [64]}}\n{extra}\n")
+        code, _, err = cli(["sweep", path, "--out", tmp_path / "o", "-q"], capsys)
+        assert code == 2 and str(path) in err and f"{where}: {expected}" in err, err
+        assert "Traceback" not in err
+
+
+def test_set_error_names_the_spec_field(tmp_path, capsys):
+    path = tmp_path / "set.yaml"
+    path.write_text(f"base: {QUICKSTART}\nset: {{run.mode: fast}}\naxes: {{workload.m: [64]}}\n")
+    code, _, err = cli(["sweep", path, "--out", tmp_path / "o", "-q"], capsys)
+    assert code == 2 and str(path) in err and "set.run.mode: " in err and "'fast'" in err
+    assert "base (" not in err  # was blamed on quickstart.yaml
+
+
+def test_huge_power_is_refused_not_computed(tmp_path):
+    import subprocess
+    import sys
+
+    spec = small_spec(tmp_path, 'constraints: ["9 ** 9 ** 9 > 1"]\n')
+    done = subprocess.run([sys.executable, "-m", "npusim.cli", "sweep", str(spec), "--out",
+                           str(tmp_path / "o"), "-q"], capture_output=True, text=True,
+                          timeout=120)  # it used to run for hours
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "constraints[0].require (point 0" in done.stderr and "is too large" in done.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--kind", "heatmap", "-x", "workload.m", "-y", "workload.m", "--value", "metrics.latency_ps"],
+     "a heatmap needs three different columns, got x='workload.m', y='workload.m'"),
+    (["--kind", "line", "-x", "workload.m", "-y", "metrics.scenario"],
+     "column 'metrics.scenario' is not numeric (values like 'quickstart'); numeric columns: "),
+    (["--kind", "line", "-x", "metrics.mode", "-y", "metrics.latency_ps", "--logx"],
+     "column 'metrics.mode' is not numeric"),
+    (["--kind", "heatmap", "-x", "workload.m", "-y", "workload.tile_n", "--value", "metrics.mode"],
+     "column 'metrics.mode' is not numeric (values like 'analytic')"),
+    (["--kind", "pareto", "-x", "metrics.scenario", "-y", "metrics.latency_ps"],
+     "column 'metrics.scenario' is not numeric"),
+    (["--kind", "cdf", "--value", "metrics.scenario"], "column 'metrics.scenario' is not numeric"),
+    (["--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps", "--out", "{tmp}/d.png"],
+     "--out {tmp}/d.png: is a directory; expected a figure file name"),
+    (["--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps", "--out", "{tmp}/f/x.png"],
+     "--out {tmp}/f/x.png: {tmp}/f is a file, not a directory"),
+])
+def test_plot_errors_name_the_column_or_path(swept, args, expected, tmp_path, capsys):
+    (tmp_path / "d.png").mkdir()
+    (tmp_path / "f").write_text("x")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code, _, err = cli(["plot", swept, *args], capsys)
+    assert code == 2 and expected.replace("{tmp}", str(tmp_path)) in err, err
+    assert "Traceback" not in err
+
+
+def test_timeline_bins_must_be_positive(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert cli(["run", QUICKSTART, "--mode", "analytic", "--out", run_dir, "-q"], capsys)[0] == 0
+    for bins in ("-3", "0"):  # -3 was a numpy ValueError, 0 an empty figure
+        code, _, err = cli(["plot", run_dir, "--kind", "timeline", "--bins", bins], capsys)
+        assert code == 2 and f"--bins: expected a number of time bins from 1 to 100,000, got {bins}" in err
+    assert not (run_dir / "plot-timeline.png").exists()
+    with pytest.raises(analysis.AnalysisError, match="bins: expected a whole number"):
+        analysis.utilisation_timeline(run_dir, bins=0)
+    code, _, err = cli(["plot", run_dir, "--kind", "cdf", "--value", "unit"], capsys)
+    assert code == 2 and "column 'unit' is not numeric (values like 'core0." in err

@@ -120,3 +120,16 @@ def test_bad_executor_and_workers_are_user_errors(tmp_path):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, executor="spark")
     with pytest.raises(NpusimError, match="at least 1"):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, workers=0)
+
+
+def test_output_directory_is_checked_before_points_are_resolved(tmp_path):
+    from npusim.core.errors import OutputError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    invalid = {**GRID, "axes": {"hw.core.sram.capacity_bytes": ["12XB"]}}  # fails in points()
+    with pytest.raises(OutputError, match="afile: exists and is not a directory"):
+        run_sweep(spec_from_dict(invalid, "grid.yaml"), afile, executor="serial")
+    with pytest.raises(OutputError, match=r"afile is a file, not a directory"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), afile / "sub", executor="serial")
+    assert afile.read_text() == "x"

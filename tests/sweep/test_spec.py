@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -148,3 +149,100 @@ def test_shipped_specs_expand(path):
     points = load_spec(path).points()
     assert points and len({p.key for p in points}) == len(points)
     assert any(p.skip_reason is None for p in points)
+
+
+@pytest.mark.parametrize("bounds, kind, shown", [
+    ([float("nan"), 10], "uniform", "[nan, 10]"),
+    ([1, float("inf")], "uniform", "[1, inf]"),
+    ([1, float("inf")], "loguniform", "[1, inf]"),
+    ([float("-inf"), 5], "randint", "[-inf, 5]"),
+])
+def test_random_bounds_must_be_finite(bounds, kind, shown):
+    # NaN passed the low <= high check and inf reached int(round(...)): ValueError and
+    # OverflowError tracebacks while the spec was being read.
+    with pytest.raises(ConfigError) as info:
+        spec(axes=[{"random": {"samples": 2, "params": {"workload.m": {kind: bounds, "integer": True}}}}])
+    problems = dict(info.value.problems)
+    assert problems[f"axes[0].random.params.workload.m.{kind}"] == f"bounds must be finite, got {shown}"
+    with pytest.raises(ConfigError, match="high - low must be finite"):  # the width overflows
+        spec(axes=[{"random": {"samples": 2, "params": {"workload.m": {"uniform": [-1e308, 1e308]}}}}])
+
+
+def test_sweep_size_is_limited():
+    from npusim.sweep.axes import MAX_POINTS
+
+    assert MAX_POINTS == 1_000_000  # documented in docs/sweeps.md
+    with pytest.raises(ConfigError) as info:  # was a MemoryError after building 10^8 rows
+        spec(axes=[{"random": {"samples": 100_000_000, "params": {"workload.m": [64]}}}])
+    assert dict(info.value.problems)["axes[0].random.samples"] == \
+        "at most 1,000,000 samples are allowed, got 100,000,000"
+    with pytest.raises(ConfigError) as info:  # a grid is checked before its product is built
+        spec(axes={"workload.m": list(range(1000)), "workload.k": list(range(1000)),
+                   "workload.n": list(range(10))})
+    assert "1,000 x 1,000 x 10 = 10,000,000 points" in dict(info.value.problems)["axes[0].grid"]
+    with pytest.raises(ConfigError) as info:  # and so is the product of the blocks
+        spec(axes=[{"grid": {"workload.m": list(range(1000))}},
+                   {"random": {"samples": 1001, "params": {"workload.k": [64]}}}])
+    assert "1,001,000 points; at most 1,000,000" in dict(info.value.problems)["axes"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("-" * 1000 + "1", "more than 100 levels deep"),        # was RecursionError
+    ("-" * 5000 + "1", "characters long; at most 2,000"),    # was RecursionError
+    ("-" * 200_000 + "1", "characters long; at most 2,000"),  # was MemoryError
+    ("not " * 100_000 + "True", "characters long; at most 2,000"),  # was MemoryError
+])
+def test_pathological_expressions_are_spec_errors(text, expected):
+    for body in ({"constraints": [{"require": text}]}, {"derived": {"workload.k": "${workload.m}" + text}}):
+        with pytest.raises(ConfigError) as info:
+            spec(axes={"workload.m": [64]}, **body)
+        (where, message), = info.value.problems
+        assert where in ("constraints[0].require", "derived.workload.k") and expected in message
+        assert len(message) < 300  # the expression is quoted cut short, not whole
+
+
+def test_expressions_cannot_exhaust_the_machine():
+    lookup = {"m": 64, "s": "32MiB"}.__getitem__
+    for text, expected in (("2 ** 9 ** 9", "2 ** 387420489 is too large"),
+                           ("m ** 10 ** 6", "64 ** 1000000 is too large"),
+                           ("'ab' * 10 ** 9", "at most 100000"),
+                           ("[0] * 10 ** 9", "at most 100000"),
+                           ("'%0999999999d' % 1", "not arithmetic"),
+                           ("s % 2", "not arithmetic"),
+                           ("1\x00", "null bytes")):
+        with pytest.raises(expr.ExprError, match=re.escape(expected)):
+            expr.evaluate(text, lookup)
+    # ordinary arithmetic is untouched
+    assert expr.evaluate("2 ** 64 + m ** 2 + 2.0 ** -3 + len('ab' * 3) + 7 % 4", lookup) == \
+        2 ** 64 + 4096 + 0.125 + 6 + 3
+    assert expr.evaluate("-" * 98 + "m", lookup) == 64  # deep, but under the limit
+
+
+def test_huge_power_in_a_constraint_is_a_spec_error():
+    with pytest.raises(ConfigError) as info:  # hung forever computing 9 ** 387420489
+        spec(axes={"workload.m": [64]}, constraints=["9 ** 9 ** 9 > 1"]).points()
+    (where, message), = info.value.problems
+    assert where.startswith("constraints[0].require (point 0") and "too large" in message
+
+
+def test_set_errors_name_the_spec_field_not_the_base():
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"base": QUICKSTART, "set": {"run.mode": "fast", "workload.m": -5}},
+                       source="s.yaml")
+    assert info.value.source == "s.yaml"
+    problems = dict(info.value.problems)
+    assert "'fast'" in problems["set.run.mode"]  # was "base (.../quickstart.yaml): run.mode"
+    assert "-5" in problems["set.workload.m"] and len(problems) == 2
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"base": QUICKSTART, "set": ["hw.cores[99].x=1"]}, source="s.yaml")
+    (where, message), = info.value.problems
+    assert where.startswith("set.hw.cores[99].x") and "no list item 99" in message
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"base": QUICKSTART, "set": {"hw..x": 1}}, source="s.yaml")
+    assert "malformed config path 'hw..x'" in dict(info.value.problems)["set.hw..x"]
+    # a problem the base has by itself is still the base's
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"base": {"name": "b", "hw": {"preset": "npu/large_core_64"}},
+                        "set": {"run.mode": "fast"}}, source="s.yaml")
+    keys = [p for p, _ in info.value.problems]
+    assert "set.run.mode" in keys and "base (s.yaml (base)): workload" in keys

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from npusim.sweep.store import ResultStore, flatten_metrics, load_results
+from npusim.core.errors import OutputError
+from npusim.sweep.store import ResultStore, StoreError, flatten_metrics, load_results
 
 pytestmark = pytest.mark.unit
 
@@ -65,3 +68,70 @@ def test_empty_store_reads_as_empty_table(tmp_path):
     assert store.finished() == {}
     assert len(store.read()) == 0
     assert store.compact() is None
+
+
+def test_damaged_files_are_named_and_kept(tmp_path):
+    store = ResultStore(tmp_path)
+    store.write_row(row("k0", 0))
+    store.compact()
+    results = tmp_path / "results.parquet"
+    results.write_bytes(b"garbage\n")  # was an ArrowInvalid traceback
+    with pytest.raises(StoreError) as info:
+        store.finished()
+    assert str(info.value).startswith(f"{results}: not a readable Parquet file (")
+    assert "move it away to start over" in str(info.value)
+    store.write_row(row("k1", 1))
+    with pytest.raises(StoreError, match="results.parquet: not a readable"):
+        store.compact()  # reads everything before writing or deleting anything
+    assert results.read_bytes() == b"garbage\n" and (store.parts / "k1.parquet").is_file()
+
+    results.unlink()
+    (store.parts / "zz.parquet").write_bytes(b"")  # an empty part
+    with pytest.raises(StoreError, match=r"zz\.parquet: not a readable Parquet file \(Parquet file size is 0"):
+        load_results(tmp_path)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": [1]}), store.parts / "zz.parquet")  # Parquet, not ours
+    with pytest.raises(StoreError, match="not a sweep results file \\(no 'key' or 'status' column"):
+        store.compact()
+    assert (store.parts / "zz.parquet").is_file() and (store.parts / "k1.parquet").is_file()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("{oops", "not a readable sweep manifest (Expecting property name"),  # was JSONDecodeError
+    ('{"sweep": "s", "params": []}', "not a sweep manifest (no 'points' list)"),  # was KeyError
+    ("[1, 2]", "expected a JSON object, got list"),
+    ('{"points": [{"key": 3}]}', "points[0] is not {key: TEXT, index: INTEGER, ...}"),
+])
+def test_damaged_manifest_is_named(tmp_path, text, expected):
+    store = ResultStore(tmp_path)
+    store.write_row(row("k0", 0))
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(StoreError) as info:
+        load_results(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'manifest.json'}: ") and expected in message
+    assert "re-run the sweep" in message
+    assert store.finished() == {"k0": "ok"}  # the runner does not need the manifest
+
+
+def test_output_directory_is_checked_without_leaving_anything(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    (tmp_path / "p" / "parts").mkdir(parents=True)
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "parts").write_text("x")
+    (tmp_path / "r" / "results.parquet").mkdir(parents=True)
+    cases = [(afile, "exists and is not a directory"),
+             (afile / "sub", f"{afile} is a file, not a directory"),
+             (tmp_path / "q", f"{tmp_path / 'q' / 'parts'} is a file"),
+             (tmp_path / "r", "results.parquet is a directory"),
+             (Path("/proc/sweepx"), "cannot create")]
+    for path, expected in cases:
+        with pytest.raises(OutputError) as info:
+            ResultStore(path).check_output("--out")
+        assert str(info.value).startswith(f"--out {path}: ") and expected in str(info.value)
+    ResultStore(tmp_path / "p").check_output()  # an existing store is fine
+    ResultStore(tmp_path / "new" / "deeper").check_output()
+    assert not (tmp_path / "new").exists()  # the probe directory is removed again
