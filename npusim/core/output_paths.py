@@ -1,5 +1,5 @@
 """Checks that an output path can be written, made *before* a run so a long simulation
-never ends in a traceback with its results lost."""
+or sweep never ends in a traceback with its results lost."""
 
 from __future__ import annotations
 
@@ -18,29 +18,45 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
-def _check_creatable(path: Path, option: str) -> None:
+def _check_creatable(path: Path, where: str) -> None:
     """``path`` does not exist: its nearest existing ancestor must be a writable directory."""
     ancestor = _nearest_existing(path.parent if path.parent != path else path)
     if not ancestor.is_dir():
-        raise OutputError(f"{option} {path}: {ancestor} is a file, not a directory; "
+        raise OutputError(f"{where}: {ancestor} is a file, not a directory; "
                           "expected a path under a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: cannot create it, {ancestor} is not writable")
+        raise OutputError(f"{where}: cannot create it, {ancestor} is not writable")
 
 
-def check_output_dir(path: str | Path, option: str = "--out") -> Path:
-    """Create ``path`` as a directory if needed and check it is writable; returns it."""
+def check_output_dir(path: str | Path, option: str = "--out", purpose: str = "the results"
+                     ) -> Path:
+    """Raise :class:`OutputError` unless ``path`` is, or can be created as, a writable
+    directory; returns it.
+
+    Leaves nothing behind: a missing directory is created as a probe (permissions do not
+    tell everything: root may write anywhere yet cannot make ``/proc/x``) and removed
+    again, so a run that then fails on its configuration writes no empty directory.
+    """
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{option} {path}: exists and is not a directory; expected a "
-                          "directory for the results (or a new path)")
+    where = f"{option} {path}" if option else str(path)
+    if path.exists():
+        if not path.is_dir():
+            raise OutputError(f"{where}: exists and is not a directory; expected a directory "
+                              f"for {purpose} (or a new path)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise OutputError(f"{where}: directory is not writable")
+        return path
+    _check_creatable(path, where)
+    made = [p for p in (path, *path.parents) if not p.exists()]
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True)
     except OSError as exc:
-        raise OutputError(f"{option} {path}: cannot create the directory "
-                          f"({exc.strerror or exc})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: directory is not writable")
+        raise OutputError(f"{where}: cannot create the directory ({exc.strerror or exc})") from None
+    for probe in made:  # deepest first
+        try:
+            probe.rmdir()
+        except OSError:  # someone put something there meanwhile: keep it
+            break
     return path
 
 
@@ -53,5 +69,5 @@ def check_output_file(path: str | Path, option: str) -> Path:
         if not os.access(path, os.W_OK):
             raise OutputError(f"{option} {path}: file is not writable")
         return path
-    _check_creatable(path, option)
+    _check_creatable(path, f"{option} {path}")
     return path

@@ -101,6 +101,7 @@ class Result:
         from npusim.core.output_paths import check_output_dir
 
         out = check_output_dir(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
         names = (["metrics.json", "ops.csv", "segments.csv"] + [f"{n}.csv" for n in self.tables]
                  + ["units.csv", "trace.json", "config.resolved.yaml", "host.json"])
         clash = [n for n in names if (out / n).is_dir()]

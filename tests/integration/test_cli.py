@@ -101,7 +101,7 @@ def test_validate_writes_the_report_only_where_asked(tmp_path, monkeypatch, caps
 
 @pytest.mark.parametrize("make_out, expected", [
     (lambda tmp: tmp / "afile", "exists and is not a directory"),
-    (lambda tmp: tmp / "afile" / "sub", "cannot create the directory"),
+    (lambda tmp: tmp / "afile" / "sub", "afile is a file, not a directory"),
 ])
 def test_an_unusable_out_path_fails_before_the_run(make_out, expected, tmp_path, capsys, monkeypatch):
     (tmp_path / "afile").write_text("keep me")
@@ -145,3 +145,11 @@ def test_trace_and_model_shorthands_take_any_file_name(tmp_path, capsys):
                             "--model", "qwen3_1_7b"], capsys)
     assert code in (0, None), err
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["requests_finished"] == 2
+
+
+def test_a_run_that_fails_leaves_no_empty_output_directory(tmp_path, capsys):
+    out = tmp_path / "new" / "o"
+    code, _, err = run_cli(["run", str(QUICKSTART), "--mode", "analytic", "-q", "--out", str(out),
+                            "--set", "workload.cores=[0, 200]"], capsys)
+    assert code == 2 and "core 200 does not exist" in err
+    assert not (tmp_path / "new").exists()  # the --out check probed it and cleaned up
