@@ -216,8 +216,12 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             message = f"missing '{tag}:' key naming which part this is"
         elif kind == "value_error" and isinstance(error.get("input"), Mapping):
             # A check across a whole block names its fields itself; echoing the block
-            # would only bury the message.
+            # would only bury the message.  One that starts with "KEY: " is about that
+            # key of the block, so it is reported there.
             message = error["msg"].removeprefix("Value error, ")
+            key, _, rest = message.partition(": ")
+            if rest and key in error["input"]:
+                path, message = _format_path([*parts, key]), rest
         else:
             message = f"{error['msg'].removeprefix('Value error, ')} (got {_describe_input(error.get('input'))})"
         problems.append((path, message))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Callable, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: Packages whose modules register parts; imported by :func:`discover`.
 _PART_PACKAGES = ("npusim.hw", "npusim.workload", "npusim.mapping", "npusim.strategies",
@@ -37,6 +37,21 @@ class PartConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # pydantic reads ``true`` as 1 for a number field, so ``m: true`` (a typo) would
+        # run as m = 1.  A model-level check: a field-level one would break the ``kind``
+        # discriminator of the registry unions.
+        if isinstance(data, dict):
+            for name, value in data.items():
+                field = cls.model_fields.get(name)
+                if isinstance(value, bool) and field is not None:
+                    allowed = {field.annotation, *get_args(field.annotation)}
+                    if bool not in allowed and allowed & {int, float}:
+                        raise ValueError(f"{name}: expected a number, got the boolean {value}")
+        return data
 
 
 @dataclass(frozen=True)
