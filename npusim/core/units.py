@@ -39,12 +39,17 @@ def _split(text: str, what: str, example: str) -> tuple[float, str]:
     return float(match["num"]), match["unit"]
 
 
-def _as_nonneg_int(value: float, text: object, what: str) -> int:
+def _as_nonneg_int(value: float, text: object, what: str, resolution: str = "") -> int:
     if math.isnan(value) or math.isinf(value):
         raise UnitError(f"expected a finite {what}, got {text!r}")
     if value < 0:
         raise UnitError(f"expected a non-negative {what}, got {text!r}")
-    return int(round(value))
+    result = int(round(value))
+    if value > 0 and result == 0:  # rounding must not turn a quantity into "none"
+        none = "" if what == "frequency" else "; use 0 for none"
+        raise UnitError(f"expected a {what} of at least {resolution or '1'} (the resolution "
+                        f"npusim keeps), got {text!r}{none}")
+    return result
 
 
 def _plain_number(value: object, what: str) -> float | None:
@@ -91,22 +96,22 @@ def parse_time_ps(value: object) -> int:
     """
     number = _plain_number(value, "a duration")
     if number is not None:
-        return _as_nonneg_int(number, value, "duration")
+        return _as_nonneg_int(number, value, "duration", "1 ps")
     if not isinstance(value, str):
         raise UnitError(f"expected a duration like '15ns', got {value!r}")
     num, unit = _split(value, "a duration", "15ns")
     if unit == "":
-        return _as_nonneg_int(num, value, "duration")
+        return _as_nonneg_int(num, value, "duration", "1 ps")
     if unit not in _TIME:
         raise UnitError(f"expected a duration like '15ns' (units ps, ns, us, ms, s), got {value!r}")
-    return _as_nonneg_int(num * _TIME[unit], value, "duration")
+    return _as_nonneg_int(num * _TIME[unit], value, "duration", "1 ps")
 
 
 def parse_freq_hz(value: object) -> int:
     """Parse a frequency (``"500MHz"``, ``"2.3GHz"``) into integer hertz."""
     number = _plain_number(value, "a frequency")
     if number is not None:
-        hz = _as_nonneg_int(number, value, "frequency")
+        hz = _as_nonneg_int(number, value, "frequency", "1 Hz")
     else:
         if not isinstance(value, str):
             raise UnitError(f"expected a frequency like '500MHz', got {value!r}")
@@ -114,7 +119,7 @@ def parse_freq_hz(value: object) -> int:
         match = re.fullmatch(r"(k|K|M|G|T|)Hz", unit)
         if not match:
             raise UnitError(f"expected a frequency like '500MHz' or '2.3GHz', got {value!r}")
-        hz = _as_nonneg_int(num * _PREFIX[match[1]], value, "frequency")
+        hz = _as_nonneg_int(num * _PREFIX[match[1]], value, "frequency", "1 Hz")
     if hz <= 0:
         raise UnitError(f"expected a positive frequency, got {value!r}")
     return hz

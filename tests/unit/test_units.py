@@ -61,3 +61,14 @@ def test_cycle_and_transfer_helpers_round_up():
     assert transfer_ps(1, 10**12) == 1
     assert transfer_ps(3, 2 * 10**12) == 2  # 1.5 ps rounds up
     assert transfer_ps(0, 1) == 0
+
+
+@pytest.mark.parametrize("parse, text, message", [
+    (parse_time_ps, "0.4ps", "duration of at least 1 ps"),   # would disable refresh (tREFI 0)
+    (parse_time_ps, 0.4, "duration of at least 1 ps"),
+    (parse_freq_hz, "0.4Hz", "frequency of at least 1 Hz"),  # not "expected a positive frequency"
+])
+def test_a_positive_quantity_never_rounds_to_zero(parse, text, message):
+    with pytest.raises(UnitError, match=message):
+        parse(text)
+    assert parse_time_ps(0) == 0 and parse_time_ps("1.4ps") == 1  # rounding stays otherwise
