@@ -297,8 +297,13 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         if cores < tp * dp:
             raise MappingError(f"workload.pd: {role} needs at least tp x dp = {tp * dp} cores, got {cores}")
         groups_total = total // tp
-        candidates = [g for g in place(width, height, tp, groups_total, config=config.placement)
-                      if not taken.intersection(g.cores)]
+        try:
+            layout = place(width, height, tp, groups_total, config=config.placement)
+        except MappingError as exc:  # say which setting asked for it
+            field = "tp" if (pd.mode == "fusion" or not getattr(pd, f"{role}_tp", None)) else f"{role}_tp"
+            raise MappingError(f"workload.pd.{field} = {tp} with workload.placement: "
+                               f"{config.placement.kind}: {exc}") from None
+        candidates = [g for g in layout if not taken.intersection(g.cores)]
         cx, cy = (width - 1) / 2, (height - 1) / 2
         candidates.sort(key=lambda g: sum(abs(c % width - cx) + abs(c // width - cy)
                                           for c in g.cores) / len(g.cores))
@@ -312,8 +317,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
             raise MappingError(f"workload.pd: cannot place {stages * dp} {role} groups of {tp} "
                                f"cores on the cores left ({len(candidates)} groups free)")
         # Keep pipeline neighbours adjacent: order the chosen groups as the placement did.
-        order = {g.cores: i for i, g in enumerate(place(width, height, tp, groups_total,
-                                                        config=config.placement))}
+        order = {g.cores: i for i, g in enumerate(layout)}
         chosen.sort(key=lambda g: order[g.cores])
         for g in chosen:
             taken.update(g.cores)

@@ -236,3 +236,11 @@ def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, t
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert Path(DISAGG).name in proc.stderr  # every message says which scenario
+
+
+def test_a_tp_the_placement_cannot_tile_names_the_setting():
+    from npusim.core.errors import MappingError
+
+    with pytest.raises(MappingError, match=r"workload.pd.tp = 3 with workload.placement: ring: "
+                                           r"tp=3 cores cannot tile"):
+        serve(FUSION, "workload.pd.tp=3")
