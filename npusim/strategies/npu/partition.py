@@ -210,7 +210,9 @@ def grid_of(group: Group, rows: int = 0) -> tuple[tuple[int, ...], ...]:
         return group.grid
     rows = rows or square_rows(tp)
     if tp % rows:
-        raise MappingError(f"a grid of {rows} rows does not divide the TP group of {tp} cores")
+        raise MappingError(f"workload.partition.rows: a grid of {rows} rows does not divide the "
+                           f"TP group of {tp} cores; expected a divisor of {tp} (or 0 for the "
+                           "most square grid)")
     if rows == group.rows:
         return group.grid
     cols = tp // rows
