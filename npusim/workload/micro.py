@@ -171,11 +171,25 @@ class TaskGraphWorkloadConfig(PartConfig):
         return self
 
 
+def _check_units(device, spec, index: int) -> None:
+    """Every unit a task names exists, checked here so the error names the task's field
+    (the executor would only know the unit)."""
+    if not hasattr(device, "part"):
+        return
+    fields = {ComputeSpec: ("unit",), TransferSpec: ("src", "dst")}.get(type(spec), ())
+    for field in fields:
+        try:
+            device.part(getattr(spec, field))
+        except MappingError as exc:
+            raise MappingError(f"workload.tasks[{index}].{field}: {exc}") from None
+
+
 @register("workload", TaskGraphWorkloadConfig)
 def lower_taskgraph(device, config: TaskGraphWorkloadConfig, seed: int = 0) -> Program:
     graph = TaskGraph(name="taskgraph")
     ids: dict[str, int] = {}
     for index, spec in enumerate(config.tasks):
+        _check_units(device, spec, index)
         deps = [ids[name] for name in spec.after]
         name = spec.name or f"task{index}"
         if isinstance(spec, ComputeSpec):

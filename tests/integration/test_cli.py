@@ -39,6 +39,8 @@ def test_run_writes_every_output(tmp_path, capsys):
     ("name=../../escape", "'../../escape'"),                    # the name is the default --out
     ("run.energy={mac_fp16_pj: .inf}", "finite number (got inf)"),  # would be invalid JSON
     ("workload.m=true", "workload.m: expected a number, got the boolean True"),  # not m = 1
+    ("workload={kind: taskgraph, tasks: [{type: compute, name: c, unit: core99.sa, "
+     "op: {kind: gemm, m: 8, k: 8, n: 8}}]}", "workload.tasks[0].unit: device 'large_core_64' has no unit"),
     # paths name what the user wrote: no union tags, no shorthand internals, the real tag key
     ("workload={kind: gemm, m: 8, k: 4096, n: 65536, weights_in: sram}",  # 128 MiB a core
      "each core's weight slice is 128 MiB"),
