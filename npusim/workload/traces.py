@@ -161,6 +161,12 @@ class RequestTrace:
             return self
         # Exact rational arithmetic: float division would lose picoseconds beyond ~2.5 h.
         scale = Fraction(factor)
+        last = self._requests[-1].arrival_ps if self._requests else 0
+        if round(Fraction(last) / scale) > MAX_ARRIVAL_PS:
+            lowest = Fraction(last) / MAX_ARRIVAL_PS
+            raise TraceError(f"{self.source}: rate scale factor: got {factor:g}; the last arrival "
+                             f"({last / PS_PER_S:g} s) would move past the {MAX_ARRIVAL_PS / PS_PER_S:.0f} s "
+                             f"an arrival time can hold; expected at least {float(lowest) * 1.0001:.4g}")
         return RequestTrace((Request(r.request_id, round(Fraction(r.arrival_ps) / scale),
                                      r.prompt_tokens, r.output_tokens, r.priority)
                              for r in self._requests), self.source)

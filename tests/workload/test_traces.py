@@ -510,3 +510,10 @@ def test_sampled_arrivals_that_overflow_are_reported_without_numpy_warnings():
         with pytest.raises(TraceError, match=r"^workload\.trace\.rate_scale: got 0\.5; .* "
                                              r"expected rate_scale >= 0\.5901"):
             stretched.build()
+
+
+def test_a_rate_scale_that_pushes_arrivals_past_int64_says_the_smallest_factor():
+    trace = RequestTrace([Request("a", 0, 4, 4), Request("b", 10 * 10**12, 4, 4)])  # 10 s
+    with pytest.raises(TraceError, match=r"rate scale factor: got 1e-300.*expected at least 1.08"):
+        trace.rescale_rate(1e-300)
+    assert trace.rescale_rate(1.1e-6)[1].arrival_ps > 9 * 10**18  # just fits
