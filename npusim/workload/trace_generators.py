@@ -457,7 +457,11 @@ class TraceSpec(_Spec):
         ``where`` is this spec's path in the configuration, for error messages.
         """
         if self.file is not None:
-            return read_trace(resolve_trace_path(self.file, base_dir), self.format,
+            try:
+                path = resolve_trace_path(self.file, base_dir)
+            except TraceError as exc:
+                raise TraceError(f"{where}.file: {exc}") from None
+            return read_trace(path, self.format,
                               limit=self.limit, rate_scale=self.rate_scale,
                               allow_simultaneous=self.allow_simultaneous)
         trace = generate_trace(self.num_requests, self.arrival, self.prompt, self.output,
@@ -491,5 +495,8 @@ def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> 
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    folders = [c for c in candidates if c.is_dir()]
+    if folders:
+        raise TraceError(f"{file}: {folders[0]} is a directory; expected a trace file")
     raise TraceError(f"{file}: trace file not found (looked in "
                      f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")

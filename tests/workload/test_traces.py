@@ -421,6 +421,13 @@ def test_tracespec_missing_file():
         TraceSpec(file="nope.csv").build()
 
 
+def test_tracespec_file_errors_name_the_field_and_a_directory(tmp_path):
+    with pytest.raises(TraceError, match=r"^workload.trace.file: nope.csv: trace file not found"):
+        TraceSpec(file="nope.csv").build()
+    with pytest.raises(TraceError, match=r"is a directory; expected a trace file"):
+        TraceSpec(file=str(tmp_path)).build()
+
+
 def test_every_tracespec_field_described():
     from npusim.workload import trace_generators as g
 
