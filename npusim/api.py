@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from npusim import __version__
 from npusim.core import registry
+from npusim.core.errors import ConfigError
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.metrics.result import Result
@@ -24,6 +25,12 @@ from npusim.workload.program import Program
 def _as_scenario(config: Any, overrides: Iterable[str]):
     from npusim.config.loader import load_scenario, scenario_from_dict
 
+    if isinstance(config, str) and "\n" in config:
+        raise ConfigError("config", [("", "got YAML text; expected a scenario path (or pass "
+                                          "yaml.safe_load(text), a mapping)")])
+    if not isinstance(config, (str, Path, Mapping)) and not hasattr(config, "run"):
+        raise ConfigError("config", [("", "expected a scenario path, a mapping or a Scenario, "
+                                          f"got {type(config).__name__}")])
     if isinstance(config, (str, Path)):
         return load_scenario(config, overrides)
     if isinstance(config, Mapping):
@@ -48,6 +55,18 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     ``run.mode``; ``overrides`` are ``path=value`` strings as on the command line;
     ``progress(done, total)`` is called after each segment.
     """
+    if isinstance(overrides, str):  # one override, not a sequence of characters
+        overrides = [overrides]
+    if overrides is None or isinstance(overrides, Mapping):
+        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
+                                             f"{type(overrides).__name__}")])
+    overrides = list(overrides)
+    if not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
+                                             f"{overrides!r}")])
+    if progress is not None and not callable(progress):
+        raise ConfigError("progress", [("", "expected a function progress(done, total), got "
+                                            f"{type(progress).__name__}")])
     with _few_full_collections():
         return _simulate(config, mode, overrides, progress)
 

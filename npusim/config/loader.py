@@ -223,7 +223,12 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             if rest and key in error["input"]:
                 path, message = _format_path([*parts, key]), rest
         else:
-            message = f"{error['msg'].removeprefix('Value error, ')} (got {_describe_input(error.get('input'))})"
+            message = error["msg"].removeprefix("Value error, ")
+            shown = error.get("input")
+            said = (f"got {shown!r}" in message or f"got {shown}" in message
+                    or (isinstance(shown, str) and len(shown) > 3 and shown in message))
+            if not said:  # the message does not quote the value already
+                message += f" (got {_describe_input(shown)})"
         problems.append((path, message))
     return problems
 

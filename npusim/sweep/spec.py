@@ -214,11 +214,19 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
 
     if not isinstance(data, Mapping):
         raise ConfigError(source, [("", f"expected a sweep mapping, got {type(data).__name__}")])
+    if {"hw", "workload"} & set(data) and "axes" not in data:  # a scenario, not a spec
+        raise ConfigError(source, [("", "this looks like a scenario (it has hw:/workload:), "
+                                        "not a sweep spec; run it with `npusim run`, or sweep "
+                                        "it from a spec with base: pointing at it")])
     for key in data:
         if key not in _TOP_KEYS:
             close = difflib.get_close_matches(str(key), _TOP_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            bad(str(key), f"unknown key{hint} Known keys: {', '.join(_TOP_KEYS)}.")
+            bad(str(key), f"unknown key{hint} (known keys: {', '.join(_TOP_KEYS)})")
+    name = data.get("name")
+    if name is not None and not (isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name)):
+        bad("name", f"expected a plain name (letters, digits, '_', '-', '.'; it is the default "
+                    f"output directory out/sweeps/<name>), got {name!r}")
     if "base" not in data:
         bad("base", "required: a scenario file or mapping to sweep around")
         raise ConfigError(source, problems)

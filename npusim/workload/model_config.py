@@ -37,6 +37,8 @@ __all__ = ["GATED_MLP_MATRICES", "LayerParams", "ModelConfig", "list_models", "l
 
 #: Strict positive integer: a size given as ``"2560"`` or ``2560.5`` is a typo, not a size.
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+#: Most decoder layers a model config may declare.
+MAX_LAYERS = 10_000
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 
 #: ``model_type`` values whose attention normalises each query and key head with an
@@ -82,7 +84,10 @@ class ModelConfig(ParamCounts, BaseModel):
     intermediate_size: PositiveInt = Field(
         description="Dense MLP width (also the expert width of Mixtral-style MoE configs "
                     "that have no moe_intermediate_size).")
-    num_hidden_layers: PositiveInt
+    # Bounded: parameter counts are summed layer by layer, so a typo like 10**9 layers
+    # would run for minutes before the capacity check could say it does not fit.
+    num_hidden_layers: PositiveInt = Field(le=MAX_LAYERS, description=(
+        f"Decoder layers (at most {MAX_LAYERS}; published models have a few hundred)."))
     num_attention_heads: PositiveInt
     num_key_value_heads_config: PositiveInt | None = Field(None, alias="num_key_value_heads")
     head_dim_config: PositiveInt | None = Field(None, alias="head_dim")
@@ -373,6 +378,22 @@ def list_models() -> list[str]:
     return sorted(p.stem for p in root.glob("*.json")) if root.is_dir() else []
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook that rejects a key given twice (json keeps the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def load_model(name_or_path: str | Path) -> ModelConfig:
     """Load a shipped model by name or any Hugging Face ``config.json`` by path.
 
@@ -398,10 +419,16 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(source, [("", "file not found")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, [("", f"not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} "
+                                        f"at offset {exc.start}); expected a JSON config.json")]) from None
     except OSError as exc:
         raise ConfigError(source, [("", f"cannot read file: {exc.strerror}")]) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ConfigError(source, [(exc.key, "key appears twice in one object; expected each "
+                                             "key once (JSON readers keep only the last)")]) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(source, [(f"line {exc.lineno}, column {exc.colno}",
                                     f"JSON syntax error: {exc.msg}")]) from None

@@ -91,3 +91,21 @@ def test_simulate_restores_the_garbage_collector_thresholds_even_on_error():
     with pytest.raises(Exception):
         simulate(scenario([{"name": "x", "kind": "nonsense"}]))
     assert gc.get_threshold() == before
+
+
+@pytest.mark.parametrize("config, kwargs, message", [
+    (None, {}, "expected a scenario path, a mapping or a Scenario, got NoneType"),
+    ("name: x\nhw: {}\n", {}, "got YAML text"),
+    (QUICKSTART, {"overrides": None}, "expected a list of 'PATH=VALUE' strings"),
+    (QUICKSTART, {"overrides": {"run.mode": "analytic"}}, "expected a list of 'PATH=VALUE' strings"),
+    (QUICKSTART, {"progress": 5}, "expected a function progress"),
+])
+def test_simulate_rejects_arguments_of_the_wrong_kind(config, kwargs, message):
+    from npusim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        simulate(config, **kwargs)
+
+
+def test_simulate_takes_one_override_as_a_string():
+    assert simulate(QUICKSTART, overrides="run.mode=analytic").metrics["mode"] == "analytic"

@@ -246,3 +246,11 @@ def test_set_errors_name_the_spec_field_not_the_base():
                         "set": {"run.mode": "fast"}}, source="s.yaml")
     keys = [p for p, _ in info.value.problems]
     assert "set.run.mode" in keys and "base (s.yaml (base)): workload" in keys
+
+
+def test_a_sweep_name_is_a_plain_name_and_a_scenario_is_not_a_spec():
+    with pytest.raises(ConfigError, match=r"name: expected a plain name"):
+        spec_from_dict({"name": "../../escape", "base": QUICKSTART, "axes": {"workload.m": [64]}},
+                       source="s.yaml")
+    with pytest.raises(ConfigError, match="looks like a scenario"):
+        spec_from_dict({"name": "q", "hw": {}, "workload": {}}, source="quickstart.yaml")

@@ -456,3 +456,21 @@ def test_bad_arguments(q4b):
         layer_ops(q4b, [(1, 0)], 0)
     with pytest.raises(IndexError):
         layer_ops(q4b, [(1, 0)], layer=36)
+
+
+def test_a_config_json_with_a_key_twice_non_utf8_or_absurd_layers_is_a_clear_error(tmp_path):
+    from npusim.workload.model_config import load_model as load
+
+    shipped = (Path(__file__).resolve().parents[2] / "workloads" / "models" / "qwen3_4b.json").read_text()
+    twice = tmp_path / "twice.json"
+    twice.write_text(shipped.rstrip().rstrip("}") + ', "hidden_size": 1024}')
+    with pytest.raises(ConfigError, match="hidden_size: key appears twice"):
+        load(twice)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(shipped.encode().replace(b"{", b'{"note": "\xe9",', 1))
+    with pytest.raises(ConfigError, match="not a UTF-8 text file .byte 0xe9"):
+        load(latin)
+    deep = tmp_path / "deep.json"
+    deep.write_text(json.dumps({**json.loads(shipped), "num_hidden_layers": 10**9}))
+    with pytest.raises(ConfigError, match="num_hidden_layers.*less than or equal to 10000"):
+        load(deep)  # at once, not after summing 10^9 layers
