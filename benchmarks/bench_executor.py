@@ -46,6 +46,31 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "workloads" / "scenarios" / "quickstart.yaml"
 
 
+def guarded(main):
+    """Run a benchmark's ``main`` so a user error (a bad --set, --json path, trace) prints
+    one ``error:`` line and exits 2, as the npusim CLI does, instead of a traceback."""
+    from functools import wraps
+
+    from npusim.core.errors import NpusimError
+
+    @wraps(main)
+    def run(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except NpusimError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(exc.exit_code) from None
+    return run
+
+
+def check_json_target(value: str | None) -> None:
+    """``--json FILE`` must be writable before minutes of measuring, not after."""
+    if value and value != "-":
+        from npusim.core.output_paths import check_output_file
+
+        check_output_file(value, "--json")
+
+
 def bare_simpy(timeouts: int = 300_000) -> float:
     """Timeouts per second of 10 processes each yielding timeouts in a loop."""
     env = simpy.Environment()
@@ -169,6 +194,7 @@ def print_report(report: dict[str, Any]) -> None:
           f"(same simulated latency)")
 
 
+@guarded
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--segments", type=int, default=8,
@@ -180,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.segments < 1 or args.runs < 1:
         parser.error("--segments and --runs must be >= 1")
+    check_json_target(args.json)
     report = measure(args.segments, args.runs)
     if args.json == "-":
         json.dump(report, sys.stdout, indent=2)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_executor import bare_simpy  # noqa: E402
+from bench_executor import bare_simpy, check_json_target, guarded  # noqa: E402
 
 from npusim.api import simulate  # noqa: E402
 
@@ -48,6 +48,7 @@ def measure(mode: str, overrides: list[str], trace: bool) -> dict:
             "events_per_s": round(m["events"] / wall) if wall else 0}
 
 
+@guarded
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", nargs="+", default=["analytic", "tlm"])
@@ -55,6 +56,10 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    bad = [m for m in args.modes if m not in ("analytic", "tlm")]
+    if bad:
+        parser.error(f"--modes: {', '.join(bad)}: expected analytic and/or tlm")
+    check_json_target(args.json)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     report = {"scenario": str(SCENARIO.relative_to(ROOT)), "overrides": args.overrides,

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_executor import bare_simpy  # noqa: E402
+from bench_executor import bare_simpy, check_json_target, guarded  # noqa: E402
 
 from npusim.api import simulate  # noqa: E402
 
@@ -36,6 +36,7 @@ SCENARIO = ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml"
 DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "AzureLLMInferenceTrace_conv.csv"
 
 
+@guarded
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
@@ -46,14 +47,22 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if not args.trace.exists():
-        sys.exit(f"trace not found: {args.trace} (download it, see traces/README.md)")
+    bad = [m for m in args.modes if m not in ("analytic", "tlm")]
+    if bad:
+        parser.error(f"--modes: {', '.join(bad)}: expected analytic and/or tlm")
+    if args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
+    if not args.trace.is_file():
+        parser.error(f"--trace {args.trace}: not a trace file (download the Azure trace, "
+                     "see traces/README.md)")
+    check_json_target(args.json)
     report = {"trace": str(args.trace), "limit": args.limit, "overrides": args.overrides,
               "bare_simpy_timeouts_per_s": round(bare_simpy()), "runs": []}
     for mode, granularity in [(m, g) for m in args.modes for g in args.granularities]:
         started = time.perf_counter()
         result = simulate(SCENARIO, mode=mode, overrides=[
-            f"workload.trace={{file: '{args.trace}', limit: {args.limit}}}", "run.trace=false",
+            f"workload.trace={{file: {json.dumps(str(args.trace))}, limit: {args.limit}}}",
+            "run.trace=false",
             f"workload.segment_granularity={granularity}", *args.overrides])
         wall = time.perf_counter() - started
         m = result.metrics
