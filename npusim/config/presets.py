@@ -18,13 +18,25 @@ from npusim.core.errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _root_from_env(variable: str, default: Path, what: str) -> Path:
+    value = os.environ.get(variable)
+    if value is None:
+        return default
+    if not value or not Path(value).is_dir():  # "" would silently mean the working dir
+        raise ConfigError(f"${variable}", [("", f"${variable}={value!r} is not a directory; "
+                                                f"{what} are looked up there (unset it to use "
+                                                f"{default})")])
+    return Path(value)
+
+
 def hwconfig_root() -> Path:
     """Directory holding hardware presets (``$NPUSIM_HWCONFIGS`` overrides it)."""
-    return Path(os.environ.get("NPUSIM_HWCONFIGS", REPO_ROOT / "hwconfigs"))
+    return _root_from_env("NPUSIM_HWCONFIGS", REPO_ROOT / "hwconfigs", "hardware presets")
 
 
 def workloads_root() -> Path:
-    return Path(os.environ.get("NPUSIM_WORKLOADS", REPO_ROOT / "workloads"))
+    """Directory holding models and scenarios (``$NPUSIM_WORKLOADS`` overrides it)."""
+    return _root_from_env("NPUSIM_WORKLOADS", REPO_ROOT / "workloads", "models and scenarios")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

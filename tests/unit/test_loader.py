@@ -171,3 +171,10 @@ def test_a_check_across_a_block_is_not_followed_by_the_whole_block():
     (path, message), = info.value.problems
     assert path == "workload.pd" and "pd.dp=2: only mode: fusion" in message
     assert "got {" not in message
+
+
+@pytest.mark.parametrize("value", ["/nonexistent", ""])
+def test_a_preset_root_variable_that_is_not_a_directory_is_named(value, monkeypatch):
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", value)
+    with pytest.raises(ConfigError, match=r"\$NPUSIM_HWCONFIGS='.*' is not a directory; hardware presets"):
+        loader.resolve_presets({"hw": {"preset": "npu/large_core_64"}}, "s.yaml")
