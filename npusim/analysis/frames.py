@@ -31,6 +31,8 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     """
     from npusim.sweep.store import ResultStore
 
+    if status not in (None, "ok", "failed", "skipped"):
+        raise AnalysisError(f"status: expected 'ok', 'failed', 'skipped' or None, got {status!r}")
     root = Path(out_dir)
     store = ResultStore(root)
     if not (root / "manifest.json").is_file() and not (root / "results.parquet").is_file() \
@@ -44,7 +46,12 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
 
 
 def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: str = "table") -> None:
-    """Raise :class:`AnalysisError` naming any missing column and the closest known one."""
+    """Raise :class:`AnalysisError` naming any missing column and the closest known one
+    (or saying that ``frame`` is not a table at all: a Result, a path)."""
+    if not hasattr(frame, "columns"):
+        raise AnalysisError(f"expected a sweep DataFrame (analysis.load_sweep(DIR)), got "
+                            f"{type(frame).__name__}; for one run's Result use "
+                            "plot_latency_cdf or plot_utilisation_timeline")
     for column in columns:
         if column is not None and column not in frame.columns:
             known = [str(c) for c in frame.columns]
@@ -97,6 +104,10 @@ def pareto_front(frame: "pd.DataFrame", x: str, y: str,
     """
     require_columns(frame, (x, y))
     require_numeric(frame, (x, y))
+    if isinstance(minimize, (str, bytes)) or not hasattr(minimize, "__len__") or len(minimize) != 2 \
+            or not all(isinstance(m, bool) for m in minimize):
+        raise AnalysisError(f"minimize: expected two booleans (x, y), e.g. (True, False) for "
+                            f"low latency and high throughput, got {minimize!r}")
     data = frame.dropna(subset=[x, y])
     sx = 1 if minimize[0] else -1
     sy = 1 if minimize[1] else -1

@@ -244,3 +244,16 @@ def test_timeline_bins_must_be_positive(tmp_path, capsys):
         analysis.utilisation_timeline(run_dir, bins=0)
     code, _, err = cli(["plot", run_dir, "--kind", "cdf", "--value", "unit"], capsys)
     assert code == 2 and "column 'unit' is not numeric (values like 'core0." in err
+
+
+def test_analysis_helpers_say_what_they_expected():
+    from npusim.api import simulate
+
+    result = simulate(REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml", mode="analytic")
+    with pytest.raises(analysis.AnalysisError, match="expected a sweep DataFrame .* got Result"):
+        analysis.plot_metric(result, "workload.m", "metrics.latency_ps")
+    table = pd.DataFrame({"a": [1.0, 2.0], "b": [2.0, 1.0]})
+    with pytest.raises(analysis.AnalysisError, match="minimize: expected two booleans"):
+        analysis.pareto_front(table, "a", "b", minimize=True)
+    with pytest.raises(analysis.AnalysisError, match="status: expected 'ok'"):
+        analysis.load_sweep(REPO_ROOT, status="bogus")
