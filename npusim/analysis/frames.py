@@ -157,7 +157,13 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     require_columns(ops, ("unit", "start_ps", "end_ps"), "ops table")
     ops = ops[(ops["end_ps"] > ops["start_ps"]) & (ops["unit"].astype(str) != "")]
     if units is not None:
-        ops = ops[ops["unit"].isin(list(units))]
+        units = [units] if isinstance(units, str) else list(units)  # one name, not its letters
+        known = set(ops["unit"].astype(str))
+        missing = [u for u in units if u not in known]
+        if missing and known:
+            raise AnalysisError(f"units: no unit {missing[0]!r} in the ops table; units: "
+                                f"{', '.join(sorted(known)[:8])}{', ...' if len(known) > 8 else ''}")
+        ops = ops[ops["unit"].isin(units)]
     if ops.empty:
         raise AnalysisError("no timed tasks to plot (was the run traced? run.trace=true)")
     start, end = int(ops["start_ps"].min()), int(ops["end_ps"].max())
@@ -196,6 +202,8 @@ def _requests(source: Any) -> "pd.DataFrame | None":
         return source.requests
     if isinstance(source, (str, Path)) and (Path(source) / "requests.csv").is_file():
         return pd.read_csv(Path(source) / "requests.csv")
+    if isinstance(source, pd.DataFrame) and {"arrival_ps", "finish_ps"} <= set(source.columns):
+        return source  # a per-request table itself (e.g. one group of it)
     return None
 
 
@@ -245,6 +253,11 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
             return _expand_lists(values, column), column
         require_numeric(source, (column,))
         return values, column
+    if isinstance(source, pd.DataFrame) and column is None and "duration_ps" not in source:
+        raise AnalysisError("column: this table has no per-task durations; name the column "
+                            "to plot, e.g. column='metrics.latency_ps' for a sweep")
     ops = as_ops(source)
-    require_columns(ops, ("duration_ps",), "ops table")
-    return ops["duration_ps"], "duration_ps"
+    name = column or "duration_ps"
+    require_columns(ops, (name,), "ops table")
+    require_numeric(ops, (name,), "ops table")
+    return ops[name].dropna(), name

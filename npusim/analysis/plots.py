@@ -177,15 +177,19 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
 
     if by is not None:
         if not isinstance(source, pd.DataFrame):
-            from npusim.analysis.frames import as_ops
+            from npusim.analysis.frames import _requests, as_ops
 
-            source = as_ops(source)
+            requests = _requests(source)  # group requests by a request column (status)
+            source = requests if requests is not None and by in requests else as_ops(source)
         require_columns(source, (by,))
         groups = [(value, group) for value, group in source.groupby(by, sort=True)]
     else:
         groups = [(None, source)]
     samples = [(value, *latency_samples(group, column)) for value, group in groups]
     name = samples[0][2]
+    if not any(len(series) for _, series, _ in samples):  # not a blank figure
+        raise AnalysisError(f"no {name} samples to plot" + (" (the ops table is empty: was "
+                            "the run traced? run.trace=true)" if name == "duration_ps" else ""))
     factor, label = _scale(name, [s.max() for _, s, _ in samples if len(s)])
     ax = _axes(ax)
     for value, series, _ in samples:

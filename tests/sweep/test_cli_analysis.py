@@ -257,3 +257,19 @@ def test_analysis_helpers_say_what_they_expected():
         analysis.pareto_front(table, "a", "b", minimize=True)
     with pytest.raises(analysis.AnalysisError, match="status: expected 'ok'"):
         analysis.load_sweep(REPO_ROOT, status="bogus")
+
+
+def test_cdf_and_timeline_arguments_are_used_or_rejected():
+    from npusim.api import simulate
+
+    gemm = simulate(REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml", mode="analytic")
+    with pytest.raises(analysis.AnalysisError, match="no column 'bogus' in the ops table"):
+        analysis.plot_latency_cdf(gemm, column="bogus")  # was silently ignored
+    served = simulate(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml",
+                      overrides=["workload.trace.limit=4"])
+    figure = analysis.plot_latency_cdf(served, by="status")  # a request column
+    assert figure.axes[0].get_title() == "CDF of e2e_ps"
+    one = analysis.utilisation_timeline(gemm, units="core0.sa")[0]  # a name, not its letters
+    assert list(one.index) == ["core0.sa"]
+    with pytest.raises(analysis.AnalysisError, match="units: no unit 'nope'"):
+        analysis.utilisation_timeline(gemm, units=["nope"])
