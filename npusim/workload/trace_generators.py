@@ -46,6 +46,10 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Most requests a generated trace may hold (about 1 GB of request records).
+MAX_REQUESTS = 10_000_000
+
+
 # -- arrival processes -------------------------------------------------------------------
 
 #: The longest gap or trace span (seconds) an int64 picosecond arrival time can hold.
@@ -332,8 +336,10 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     int for a fixed length.  The same arguments and seed always give the same trace.
     ``where`` prefixes the field names in error messages (``"workload.trace."``).
     """
-    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 1:
-        raise TraceError(f"{where}num_requests: got {num_requests!r}; expected an integer >= 1")
+    if isinstance(num_requests, bool) or not isinstance(num_requests, int) \
+            or not 1 <= num_requests <= MAX_REQUESTS:  # 10^9 requests exhausts memory
+        raise TraceError(f"{where}num_requests: got {num_requests!r}; expected an integer "
+                         f"from 1 to {MAX_REQUESTS:,}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise TraceError(f"{where}seed: got {seed!r}; expected an integer >= 0")
     arrival = _as_spec(arrival, _ARRIVAL, f"{where}arrival")
@@ -384,7 +390,7 @@ class TraceSpec(_Spec):
                                                         "empirical; a bare integer means fixed).")
     output: LengthSpec | None = Field(None, description="Output length distribution in tokens "
                                                         "(same kinds as prompt).")
-    num_requests: int | None = Field(None, ge=1, le=10_000_000,
+    num_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
                                      description="Number of requests to generate.")
     seed: int | None = Field(None, ge=0, description="Generator seed; default: the run seed.")
 

@@ -524,3 +524,8 @@ def test_a_rate_scale_that_pushes_arrivals_past_int64_says_the_smallest_factor()
     with pytest.raises(TraceError, match=r"rate scale factor: got 1e-300.*expected at least 1.08"):
         trace.rescale_rate(1e-300)
     assert trace.rescale_rate(1.1e-6)[1].arrival_ps > 9 * 10**18  # just fits
+
+
+def test_generate_trace_bounds_the_number_of_requests():
+    with pytest.raises(TraceError, match="num_requests: got 1000000000; expected an integer from 1 to 10,000,000"):
+        generate_trace(10**9, {"kind": "poisson", "rate_per_s": 1e6}, 16, 8)
