@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from npusim.api import simulate
@@ -79,6 +82,30 @@ def test_decode_kv_bucketing_changes_tbt_by_less_than_one_percent():
     assert bucketed["tbt_ps"] >= exact["tbt_ps"]  # rounded up: never optimistic
     assert bucketed["tbt_ps"] / exact["tbt_ps"] - 1 < 0.01
     assert bucketed["memo"]["misses"] < exact["memo"]["misses"]
+
+
+def test_grouped_query_heads_share_one_gemm_per_kv_head(tmp_path):
+    # Qwen3-4B's attention (32 query heads over 8 KV heads, groups of 4), two layers.  On
+    # TP=7 the busiest core holds 5 query heads, which read 2 KV heads: 2 GEMMs of 3
+    # rows (query heads) each, not 5 one-row GEMMs that each load the same keys again.
+    config = json.loads(Path("workloads/models/qwen3_4b.json").read_text())
+    config["num_hidden_layers"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    def decode_qk(tp):
+        ops = simulate(SCENARIO, overrides=[
+            "run.mode=analytic", f"workload.model={tmp_path}", f"workload.tp={tp}",
+            "workload.pipeline_stages=1", "workload.placement=linear_interleave",
+            "workload.prompt_len=128", "workload.output_len=2",
+            "workload.decode_kv_bucket_tokens=1"]).ops
+        return ops[ops["name"].str.startswith("L0.attn_qk") & ops["label"].str.startswith("decode")]
+
+    qk = decode_qk(7)
+    keys, head_dim = 129, 128
+    assert len(qk) == 7 and set(qk["flops"]) == {2 * (2 * 3) * head_dim * keys}
+    # One query head per core (TP=32): one pass over its KV head's keys.  Six rows over
+    # two KV heads cost less than five such passes.
+    assert qk["duration_ps"].max() < 5 * decode_qk(32)["duration_ps"].max()
 
 
 def test_pipeline_stages_and_placement_are_reported_and_honoured():

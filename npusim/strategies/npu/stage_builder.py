@@ -321,7 +321,16 @@ class StageBuilder:
 
     def _attention(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
         tp = len(group.cores)
-        share = Op("gemm", m=op.op.m, k=op.op.k, n=op.op.n, batch=-(-op.op.batch // tp),
+        # Heads split over the TP group; with GQA the query heads of one KV head share
+        # its keys and values, so they are the rows of one GEMM against that head's K^T
+        # (or V) rather than separate GEMMs each loading it again (the grouped-query
+        # decode kernels of FlashInfer / FlashDecoding do the same).  On the busiest
+        # core: ``kv_heads`` GEMMs of ``rows`` query heads x the new tokens each.
+        q_heads = -(-op.op.batch // tp)
+        group_size = max(1, self.model.num_attention_heads // self.model.num_key_value_heads)
+        kv_heads = -(-q_heads // group_size)
+        rows = -(-q_heads // kv_heads)
+        share = Op("gemm", m=op.op.m * rows, k=op.op.k, n=op.op.n, batch=kv_heads,
                    dtype_bytes=op.op.dtype_bytes, name=op.name)
         chunk = self.chunks[op.seq or 0]
         spilled = (self._spill[op.seq][0] if op.seq in self._spill
