@@ -13,14 +13,17 @@ reading a traceback.  Synthetic traces and presets live in
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from npusim.core.errors import TraceError
+from npusim.core.errors import OutputError, TraceError
+from npusim.core.output_paths import check_output_file
 from npusim.core.units import PS_PER_S
 from npusim.workload.trace_rows import (Row, csv_rows, integer_cell, jsonl_rows, present,
                                         seconds_cell, timestamp_cell)
@@ -195,26 +198,37 @@ class RequestTrace:
 
     def write_csv(self, path: str | Path) -> Path:
         """Write npusim's CSV format (header ``id,arrival_ps,prompt_tokens,output_tokens,
-        priority``); :func:`read_trace` reads it back unchanged."""
-        path = Path(path)
-        with path.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, lineterminator="\n")
-            writer.writerow(COLUMNS)
-            for r in self._requests:
-                writer.writerow((r.request_id, r.arrival_ps, r.prompt_tokens,
-                                 r.output_tokens, r.priority))
-        return path
+        priority``); :func:`read_trace` reads it back unchanged.  Raises
+        :class:`~npusim.core.errors.OutputError` if ``path`` cannot be written."""
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        for r in self._requests:
+            writer.writerow((r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens,
+                             r.priority))
+        return _write_text(path, buffer.getvalue())
 
     def write_jsonl(self, path: str | Path) -> Path:
         """Write one JSON object per line with the keys of :data:`COLUMNS`."""
-        path = Path(path)
-        with path.open("w", encoding="utf-8") as handle:
-            for r in self._requests:
-                handle.write(json.dumps({"id": r.request_id, "arrival_ps": r.arrival_ps,
-                                         "prompt_tokens": r.prompt_tokens,
-                                         "output_tokens": r.output_tokens,
-                                         "priority": r.priority}) + "\n")
-        return path
+        return _write_text(path, "".join(
+            json.dumps({"id": r.request_id, "arrival_ps": r.arrival_ps,
+                        "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+                        "priority": r.priority}) + "\n" for r in self._requests))
+
+
+def _write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole (a temporary file renamed over it), after checking
+    that it can be: a directory or an unwritable place is an :class:`OutputError`, and a
+    failed write leaves an existing file as it was."""
+    path = check_output_file(path, "trace file")
+    staging = path.with_name(f".{path.name}.tmp")
+    try:
+        staging.write_text(text, encoding="utf-8", newline="")
+        os.replace(staging, path)
+    except OSError as exc:
+        staging.unlink(missing_ok=True)
+        raise OutputError(f"trace file {path}: cannot write it ({exc.strerror or exc})") from None
+    return path
 
 
 def _check_invariants(requests: tuple[Request, ...], source: str) -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npusim.config.loader import validate
-from npusim.core.errors import ConfigError, TraceError
+from npusim.core.errors import ConfigError, OutputError, TraceError
 from npusim.workload.trace_generators import (FixedArrival, FixedLength, GammaArrival,
                                               PoissonArrival, TraceSpec, UniformLength,
                                               ZipfLength, generate_trace, sample_arrivals_ps,
@@ -102,6 +102,20 @@ def test_jsonl_round_trip(tmp_path):
     path = trace.write_jsonl(tmp_path / "t.jsonl")
     assert read_trace(path) == trace
     assert read_trace(path, "jsonl", limit=2) == trace.head(2)
+
+
+def test_writing_a_trace_where_no_file_can_be_is_a_clear_error(tmp_path):
+    trace = _trace()
+    with pytest.raises(OutputError, match=r"is a directory; expected a file name"):
+        trace.write_csv(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match=r"is a file, not a directory"):
+        trace.write_jsonl(tmp_path / "file" / "t.jsonl")
+    # A rewrite replaces the file whole and leaves no staging file behind.
+    path = trace.write_csv(tmp_path / "t.csv")
+    trace.head(1).write_csv(path)
+    assert read_trace(path) == trace.head(1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "t.csv"]
 
 
 def test_csv_seconds_and_defaults(tmp_path):
