@@ -7,6 +7,7 @@ between calls and writes nothing; the same config and seed give the same Result.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from npusim import __version__
 from npusim.core import registry
-from npusim.core.errors import ConfigError
+from npusim.core.errors import ConfigError, MappingError, TraceError
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.metrics.result import Result
@@ -68,7 +69,13 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
         raise ConfigError("progress", [("", "expected a function progress(done, total), got "
                                             f"{type(progress).__name__}")])
     with _few_full_collections():
-        return _simulate(config, mode, overrides, progress)
+        try:
+            return _simulate(config, mode, overrides, progress)
+        except (MappingError, TraceError) as exc:
+            # A valid scenario that cannot run: name the file, as config errors do.
+            if isinstance(config, (str, os.PathLike)) and not str(exc).startswith(f"{config}:"):
+                raise type(exc)(f"{config}: {exc}") from None
+            raise
 
 
 @contextmanager

@@ -109,3 +109,13 @@ def test_simulate_rejects_arguments_of_the_wrong_kind(config, kwargs, message):
 
 def test_simulate_takes_one_override_as_a_string():
     assert simulate(QUICKSTART, overrides="run.mode=analytic").metrics["mode"] == "analytic"
+
+
+def test_a_scenario_file_that_cannot_run_is_named_in_the_error():
+    from npusim.core.errors import MappingError
+
+    path = REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64.yaml"
+    with pytest.raises(MappingError) as info:
+        simulate(path, overrides=["run.mode=analytic", "workload.model=qwen3_32b", "hw.hbm=null"])
+    assert str(info.value).startswith(f"{path}: qwen3_32b needs ")
+    assert str(info.value).count(str(path)) == 1
