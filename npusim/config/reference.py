@@ -268,10 +268,13 @@ def render_model(doc: ModelDoc, links: dict[type[BaseModel], ModelDoc], level: i
             value = get_args(info.annotation)[0]
             description = (f"Selects this class: always `{value}` (`{name}: {value}`).")
             type_text = f"`{json.dumps(value)}`"
+            # The union reads this key to pick the class, so it must be written (a
+            # preset supplies it for its own block); the model's default never applies.
+            default = "**required**"
         else:
             description = info.description or ""
             type_text = format_type(info.annotation, info.metadata, links)
-        default = format_default(info, info.metadata)
+            default = format_default(info, info.metadata)
         lines.append(f"| `{name}` | {_cell(type_text)} | {_cell(default)} | {_cell(description)} |")
     lines.append("")
     return "\n".join(lines)

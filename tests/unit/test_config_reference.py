@@ -35,6 +35,14 @@ def test_discriminators_are_single_valued_literals():
             assert reference._is_discriminator(doc, name, info), (doc.title, name)
 
 
+def test_discriminators_are_documented_as_required():
+    # A task without ``type:`` is rejected ("missing 'type:' key"), so the reference must
+    # not offer the model's default for it.
+    text = reference.render()
+    assert "| `type` | `\"compute\"` | **required** | Selects this class" in text
+    assert "| `kind` | `\"taskgraph\"` | **required** | Selects this class" in text
+
+
 def test_every_registered_part_is_documented():
     documented = {(d.category, d.kind) for d in DOCS if d.category}
     expected = {(category, kind) for category in registry.categories()
