@@ -172,14 +172,23 @@ class TaskGraphWorkloadConfig(PartConfig):
 
 
 def _check_units(device, spec, index: int) -> None:
-    """Every unit a task names exists, checked here so the error names the task's field
-    (the executor would only know the unit)."""
+    """Every unit and endpoint a task names exists, checked here so the error names the
+    task's field (the executor would only know the unit)."""
     if not hasattr(device, "part"):
         return
-    fields = {ComputeSpec: ("unit",), TransferSpec: ("src", "dst")}.get(type(spec), ())
-    for field in fields:
+    # Transfers and collectives name memory endpoints (``core3.hbm``), which the device
+    # resolves itself where it can; compute tasks name units.
+    endpoint = getattr(device, "endpoint", None) or device.part
+    checks: list[tuple[str, str, object]] = []
+    if isinstance(spec, ComputeSpec):
+        checks.append(("unit", spec.unit, device.part))
+    elif isinstance(spec, TransferSpec):
+        checks += [("src", spec.src, endpoint), ("dst", spec.dst, endpoint)]
+    elif isinstance(spec, CollectiveSpec) and hasattr(device, "endpoint"):
+        checks += [(f"group[{i}]", member, endpoint) for i, member in enumerate(spec.group)]
+    for field, name, resolve in checks:
         try:
-            device.part(getattr(spec, field))
+            resolve(name)
         except MappingError as exc:
             raise MappingError(f"workload.tasks[{index}].{field}: {exc}") from None
 

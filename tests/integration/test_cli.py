@@ -48,6 +48,10 @@ def test_run_writes_every_output(tmp_path, capsys):
      "workload.tasks[0]: missing 'type:' key"),
     ("workload={kind: taskgraph, tasks: [{type: transfer, name: c, size_bytes: -1, "
      "src: core0.sram, dst: core1.sram}]}", "workload.tasks[0].size_bytes: expected a non-negative"),
+    ("workload={kind: taskgraph, tasks: [{type: transfer, size_bytes: 64, src: core0.sa, "
+     "dst: core1.sram}]}", "workload.tasks[0].src: transfer endpoint 'core0.sa' is not a memory"),
+    ("workload={kind: taskgraph, tasks: [{type: collective, collective: allreduce, "
+     "group: [core0, core99], size_bytes: 64}]}", "workload.tasks[0].group[1]: endpoint 'core99'"),
 ])
 def test_bad_input_gives_one_clear_message_and_nonzero_exit(override, expected, tmp_path, capsys):
     code, _, err = run_cli(["run", str(QUICKSTART), "--set", override, "--out", str(tmp_path)], capsys)
