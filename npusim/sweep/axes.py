@@ -91,19 +91,26 @@ def parse_axes(value: Any, bad) -> list[Axis]:
     return axes
 
 
+def _per_path(body: Mapping, where: str, parse, bad) -> dict | None:
+    """``parse(value, where.path, bad)`` for every config path of ``body``, or ``None``
+    if a path or a value was bad (each reported through ``bad``)."""
+    out = {}
+    for path, raw in body.items():
+        if check_name(path, f"{where}.{path}", bad):
+            parsed = parse(raw, f"{where}.{path}", bad)
+            if parsed is not None:
+                out[path] = parsed
+    return out if len(out) == len(body) else None
+
+
 def _parse_listed(kind: str, body: Any, where: str, bad) -> Axis | None:
     if isinstance(body, list) and all(isinstance(s, str) and "=" in s for s in body):
         body = {s.split("=", 1)[0].strip(): s.split("=", 1)[1] for s in body}
     if not isinstance(body, Mapping) or not body:
         bad(where, f"expected a mapping of config path to a list of values, got {body!r}")
         return None
-    columns: dict[str, list] = {}
-    for path, raw in body.items():
-        if check_name(path, f"{where}.{path}", bad):
-            values = _values(raw, f"{where}.{path}", bad)
-            if values is not None:
-                columns[path] = values
-    if len(columns) != len(body):
+    columns = _per_path(body, where, _values, bad)
+    if columns is None:
         return None
     if kind == "zip":
         lengths = {p: len(v) for p, v in columns.items()}
@@ -142,13 +149,8 @@ def _parse_random(body: Any, where: str, bad) -> Axis | None:
     if not isinstance(params, Mapping) or not params:
         bad(f"{where}.params", f"expected a mapping of config path to a distribution, got {params!r}")
         return None
-    samplers = {}
-    for path, dist in params.items():
-        if check_name(path, f"{where}.params.{path}", bad):
-            sampler = _sampler(dist, f"{where}.params.{path}", bad)
-            if sampler is not None:
-                samplers[path] = sampler
-    if len(samplers) != len(params):
+    samplers = _per_path(params, f"{where}.params", _sampler, bad)
+    if samplers is None:
         return None
     rng = random.Random(seed)  # one stream per block: the same seed gives the same points
     try:
