@@ -303,15 +303,26 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
             field = "tp" if (pd.mode == "fusion" or not getattr(pd, f"{role}_tp", None)) else f"{role}_tp"
             raise MappingError(f"workload.pd.{field} = {tp} with workload.placement: "
                                f"{config.placement.kind}: {exc}") from None
+        stages = min(cores // tp // dp, layers)
+        if stages < 1:
+            raise MappingError(f"workload.pd: {cores} {role} cores make no TP group of {tp}")
         candidates = [g for g in layout if not taken.intersection(g.cores)]
+        if len(candidates) < stages * dp and taken:
+            # A pool with another TP than the first one's: its groups on the whole chip
+            # straddle the taken cores, so lay them out on the free cores instead.
+            free = [core for core in range(total) if core not in taken]
+            try:
+                layout = place(width, height, tp, len(free) // tp, config=config.placement,
+                               cores=free)
+            except MappingError:
+                pass  # not even on the free cores: the error below says how many fit
+            else:
+                candidates = list(layout)
         cx, cy = (width - 1) / 2, (height - 1) / 2
         candidates.sort(key=lambda g: sum(abs(c % width - cx) + abs(c // width - cy)
                                           for c in g.cores) / len(g.cores))
         if role != "decode":
             candidates.reverse()
-        stages = min(cores // tp // dp, layers)
-        if stages < 1:
-            raise MappingError(f"workload.pd: {cores} {role} cores make no TP group of {tp}")
         chosen = candidates[:stages * dp]
         if len(chosen) < stages * dp:
             raise MappingError(f"workload.pd: cannot place {stages * dp} {role} groups of {tp} "

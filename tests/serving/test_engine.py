@@ -244,3 +244,13 @@ def test_a_tp_the_placement_cannot_tile_names_the_setting():
     with pytest.raises(MappingError, match=r"workload.pd.tp = 3 with workload.placement: ring: "
                                            r"tp=3 cores cannot tile"):
         serve(FUSION, "workload.pd.tp=3")
+
+
+def test_pools_with_different_tp_are_placed_on_the_cores_left():
+    # P42 as 7 stages of TP 6 beside D21 as 3 stages of TP 7: on the whole chip the TP-6
+    # groups straddle the decode cores, so the prefill pool is laid out on the free cores.
+    result = serve(DISAGG, "workload.pd.prefill_tp=6")
+    replicas = result.metrics["replicas"]
+    assert [(r["role"], r["stages"], r["cores"]) for r in replicas] == [
+        ("decode", 3, 21), ("prefill", 7, 42)]
+    assert result.metrics["requests_finished"] == 8

@@ -66,3 +66,24 @@ def test_linear_interleave_keeps_two_hops_when_a_group_spans_rows(tp):
     groups = linear_interleave(8, 8, tp, 64 // tp)
     assert max(max(ring_hops(g.cores, 8)) for g in groups) <= 2
     assert sorted(c for g in groups for c in g.cores) == list(range(64))
+
+
+@pytest.mark.parametrize("kind", ["linear_seq", "linear_interleave", "ring", "mesh2d"])
+def test_groups_on_restricted_cores_use_only_those(kind):
+    # The second PD pool is laid out on the cores the first one left free.
+    free = [core for core in range(64) if not 16 <= core < 32]  # rows 2 and 3 taken
+    groups = registry.lookup("placement", kind).impl(8, 8, 4, 12, cores=free)
+    used = [core for group in groups for core in group.cores]
+    assert len(used) == len(set(used)) == 48 and set(used) <= set(free)
+
+
+def test_linear_groups_on_restricted_cores_jump_over_taken_ones():
+    # tp=6 groups on the cores 21 central ones leave: runs of the snake line skip them.
+    taken = set(range(21, 42))
+    free = [core for core in range(64) if core not in taken]
+    groups = registry.lookup("placement", "linear_interleave").impl(8, 8, 6, 7, cores=free)
+    assert all(not taken.intersection(group.cores) for group in groups)
+    with pytest.raises(MappingError, match="need 48 cores; 43 are free"):
+        registry.lookup("placement", "linear_seq").impl(8, 8, 6, 8, cores=free)
+    with pytest.raises(MappingError, match="whole blocks are free"):
+        registry.lookup("placement", "ring").impl(8, 8, 4, 10, cores=free)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Collection, Literal
 
 from npusim.core.registry import PartConfig, register
-from npusim.strategies.npu.placement import Group, check_fit, interleave
+from npusim.strategies.npu.placement import Group, check_fit, interleave, line_groups
 
 
 class LinearInterleaveConfig(PartConfig):
@@ -23,9 +23,11 @@ def snake(index: int, width: int) -> int:
 
 @register("placement", LinearInterleaveConfig)
 def linear_interleave(width: int, height: int, tp: int, groups: int,
-                      config: LinearInterleaveConfig | None = None) -> list[Group]:
-    check_fit(tp, groups, width, height)
+                      config: LinearInterleaveConfig | None = None,
+                      cores: Collection[int] | None = None) -> list[Group]:
+    check_fit(tp, groups, width, height, cores)
     # Interleave along the snake line, not the index order: a group spanning several
-    # rows then still needs at most two hops per ring step (WaferLLM's guarantee).
-    return [Group(tuple(interleave([snake(i, width) for i in range(g * tp, (g + 1) * tp)])))
-            for g in range(groups)]
+    # rows then still needs at most two hops per ring step (WaferLLM's guarantee; a
+    # group on restricted ``cores`` that jumps over taken ones may need more).
+    line = [snake(i, width) for i in range(width * height)]
+    return [Group(tuple(interleave(run))) for run in line_groups(line, tp, groups, cores)]

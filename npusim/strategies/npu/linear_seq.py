@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Collection, Literal
 
 from npusim.core.registry import PartConfig, register
-from npusim.strategies.npu.placement import Group, check_fit
+from npusim.strategies.npu.placement import Group, check_fit, line_groups
 
 
 class LinearSeqConfig(PartConfig):
@@ -16,6 +16,7 @@ class LinearSeqConfig(PartConfig):
 
 @register("placement", LinearSeqConfig)
 def linear_seq(width: int, height: int, tp: int, groups: int,
-               config: LinearSeqConfig | None = None) -> list[Group]:
-    check_fit(tp, groups, width, height)
-    return [Group(tuple(range(g * tp, (g + 1) * tp))) for g in range(groups)]
+               config: LinearSeqConfig | None = None,
+               cores: Collection[int] | None = None) -> list[Group]:
+    check_fit(tp, groups, width, height, cores)
+    return [Group(tuple(run)) for run in line_groups(list(range(width * height)), tp, groups, cores)]

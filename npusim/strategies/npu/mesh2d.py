@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Collection, Literal
 
 from npusim.core.registry import PartConfig, register
-from npusim.strategies.npu.placement import (Group, block_origins, block_shape, check_fit,
+from npusim.strategies.npu.placement import (Group, block_shape, check_fit, free_block_origins,
                                              interleave)
 
 
@@ -17,12 +17,13 @@ class Mesh2dConfig(PartConfig):
 
 @register("placement", Mesh2dConfig)
 def mesh2d(width: int, height: int, tp: int, groups: int,
-           config: Mesh2dConfig | None = None) -> list[Group]:
-    check_fit(tp, groups, width, height)
+           config: Mesh2dConfig | None = None,
+         cores: Collection[int] | None = None) -> list[Group]:
+    check_fit(tp, groups, width, height, cores)
     bw, bh = block_shape(tp, width, height)
     xs, ys = interleave(list(range(bw))), interleave(list(range(bh)))
     out = []
-    for ox, oy in block_origins(bw, bh, width, height)[:groups]:
-        cores = tuple((oy + y) * width + ox + x for y in ys for x in xs)
-        out.append(Group(cores, rows=bh, cols=bw))
+    for ox, oy in free_block_origins(bw, bh, width, height, groups, cores):
+        block = tuple((oy + y) * width + ox + x for y in ys for x in xs)
+        out.append(Group(block, rows=bh, cols=bw))
     return out

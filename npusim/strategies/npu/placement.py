@@ -14,13 +14,17 @@ sets the hop count of every ring step on the mesh:
   partitions, each row and column interleaved.
 
 Groups are laid out in snake order over the chip so consecutive pipeline stages are
-neighbours.  Each placement is a registered part (``kind:``) in its own file.
+neighbours.  Each placement is a registered part (``kind:``) in its own file, called as
+``place(width, height, tp, groups, config=None, cores=None)``: ``cores`` restricts the
+groups to those cores (PD disaggregation lays out the second pool on the cores the first
+left free, which need not line up with a layout of the whole chip).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import isqrt
+from typing import Collection
 
 from npusim.core.errors import MappingError
 
@@ -96,9 +100,38 @@ def block_origins(bw: int, bh: int, width: int, height: int) -> list[tuple[int, 
     return origins
 
 
-def check_fit(tp: int, groups: int, width: int, height: int) -> None:
+def check_fit(tp: int, groups: int, width: int, height: int,
+              cores: Collection[int] | None = None) -> None:
     if tp < 1 or groups < 1:
         raise MappingError(f"tp ({tp}) and number of groups ({groups}) must be positive")
-    if tp * groups > width * height:
+    if cores is None and tp * groups > width * height:
         raise MappingError(f"{groups} groups of tp={tp} need {tp * groups} cores; the "
                            f"{width}x{height} mesh has {width * height}")
+    if cores is not None and tp * groups > len(cores):
+        raise MappingError(f"{groups} groups of tp={tp} need {tp * groups} cores; "
+                           f"{len(cores)} are free")
+
+
+def line_groups(line: list[int], tp: int, groups: int, cores: Collection[int] | None
+                ) -> list[list[int]]:
+    """``groups`` runs of ``tp`` consecutive positions of ``line`` (a path over the mesh),
+    skipping positions outside ``cores``: a run may then jump over taken cores."""
+    if cores is not None:
+        free = set(cores)
+        line = [core for core in line if core in free]
+    return [line[g * tp:(g + 1) * tp] for g in range(groups)]
+
+
+def free_block_origins(bw: int, bh: int, width: int, height: int, groups: int,
+                       cores: Collection[int] | None) -> list[tuple[int, int]]:
+    """The first ``groups`` block origins in snake order whose whole block is in
+    ``cores`` (all blocks if ``None``); a clear error if fewer are free."""
+    origins = block_origins(bw, bh, width, height)
+    if cores is not None:
+        free = set(cores)
+        origins = [(ox, oy) for ox, oy in origins
+                   if all((oy + y) * width + ox + x in free for y in range(bh) for x in range(bw))]
+        if len(origins) < groups:
+            raise MappingError(f"{groups} blocks of {bw}x{bh} cores needed; {len(origins)} "
+                               f"whole blocks are free")
+    return origins[:groups]
