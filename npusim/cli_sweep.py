@@ -34,12 +34,15 @@ def sweep(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed points again."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
-    """Run every point of a sweep and store one Parquet row per point in OUT."""
-    from npusim.sweep.runner import EXECUTORS, run_sweep
+    """Run every point of a sweep and store one Parquet row per point in OUT.
+
+    Exits 1 if a point failed (in this run or stored by an earlier one) or was lost,
+    after every result is written; 2 on a user error before any point runs."""
+    from npusim.sweep.runner import EXECUTORS, SweepSummary, run_sweep
     from npusim.sweep.spec import load_spec
     from npusim.sweep.store import ResultStore
 
-    def action() -> None:
+    def action() -> SweepSummary:
         if executor not in EXECUTORS:
             raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
                               f"{', '.join(EXECUTORS)}")
@@ -58,9 +61,15 @@ def sweep(
         if len(summary.errors) > 10:
             typer.secho(f"  ... and {len(summary.errors) - 10} more (see the error column)",
                         fg=typer.colors.YELLOW, err=True)
+        if summary.failed_before:
+            typer.secho(f"  {summary.failed_before} point(s) stored as failed by an earlier run "
+                        f"(--retry-failed runs them again)", fg=typer.colors.YELLOW, err=True)
         typer.echo(f"results in {out_dir}/ (npusim.analysis.load_sweep('{out_dir}'))")
+        return summary
 
-    _guard(action)
+    summary = _guard(action)
+    if not summary.complete:  # everything is written; the exit code says it is not all there
+        raise typer.Exit(1)
 
 
 def plot(

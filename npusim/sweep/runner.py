@@ -40,8 +40,14 @@ class SweepSummary:
     failed: int = 0
     skipped: int = 0            # constraints / invalid configs, recorded with a reason
     lost: int = 0               # a worker died; not recorded, retried next run
+    failed_before: int = 0      # stored as failed by an earlier run and not retried
     wall_time_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every point has a result: none failed (now or stored) and none was lost."""
+        return not (self.failed or self.lost or self.failed_before)
 
 
 def point_task(point: Point, sweep: str) -> dict[str, Any]:
@@ -204,7 +210,9 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     store.write_manifest(spec.name, spec.param_names, points)
     todo = [p for p in points if p.key not in done or (retry_failed and done[p.key] == "failed")]
     summary = SweepSummary(out_dir=Path(out_dir), total=len(points),
-                           skipped_done=len(points) - len(todo))
+                           skipped_done=len(points) - len(todo),
+                           failed_before=sum(1 for p in points if p.key in done
+                                             and done[p.key] == "failed" and not retry_failed))
     # Skipped points cost nothing: record them here instead of shipping them to workers.
     tasks = [point_task(p, spec.name) for p in todo]
     runnable = [t for t in tasks if t["skip"] is None]

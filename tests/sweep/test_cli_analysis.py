@@ -273,3 +273,17 @@ def test_cdf_and_timeline_arguments_are_used_or_rejected():
     assert list(one.index) == ["core0.sa"]
     with pytest.raises(analysis.AnalysisError, match="units: no unit 'nope'"):
         analysis.utilisation_timeline(gemm, units=["nope"])
+
+
+def test_a_sweep_with_failed_points_writes_every_row_and_exits_1(tmp_path, capsys):
+    spec = tmp_path / "fail.yaml"
+    spec.write_text(f"name: fail\nbase: {QUICKSTART}\nset: {{run.mode: analytic}}\n"
+                    "axes:\n  - grid:\n      workload.cores[3]: [8, 99]\n")  # no core 99
+    out = tmp_path / "out"
+    code, stdout, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
+    assert code == 1 and "1 ok, 1 failed" in stdout and "core 99 does not exist" in err
+    frame = analysis.load_sweep(out)
+    assert list(frame["status"]) == ["ok", "failed"]
+    # A rerun skips the stored failures but still says the table is incomplete.
+    code, _, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
+    assert code == 1 and "stored as failed by an earlier run" in err
