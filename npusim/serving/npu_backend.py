@@ -20,6 +20,7 @@ from npusim.serving.interpolation import decode_corners, token_corners
 from npusim.serving.state import Entry
 from npusim.strategies.npu.llm_mapping import split_layers
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
+from npusim.strategies.npu.heads import busiest_kv_heads, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
@@ -376,7 +377,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
     ranges = split_layers(model.num_hidden_layers, len(groups))
     sram = device.config.core.sram.capacity_bytes
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
-    per_token = 2 * model.kv_size * kv_dtype * max(len(r) for r in ranges) / tp
+    per_token = kv_bytes_on_core(2 * model.kv_size * kv_dtype * max(len(r) for r in ranges),
+                                 busiest_kv_heads(model, tp), model.num_key_value_heads)
     kv_sram_tokens = int(config.kv_sram_fraction * sram / max(per_token, 1))
     plans = plan_stages(device, model, shim, ranges, groups, everyone, kv_sram_tokens=kv_sram_tokens)
     builder = StageBuilder(device, model, shim, get_partition(config.partition), device.config.noc.width,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from npusim.mapping.memory_manager import check_model_fits, hbm_capacity_bytes, plan_core_memory
+from npusim.strategies.npu.heads import busiest_kv_heads, kv_bytes_on_core
 from npusim.strategies.npu.moe_mapping import expert_plan_weights
 from npusim.workload.layer_ops import SequenceChunk, layer_ops, lm_head_ops
 
@@ -100,6 +101,7 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
     hbm_bytes = hbm_capacity_bytes(hw.hbm) if hw.hbm is not None else 0
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     kv_per_token_layer = 2 * model.kv_size * kv_dtype      # K and V, one layer
+    kv_heads = busiest_kv_heads(model, tp)                 # KV heads on the busiest core
     used_cores = len(all_cores.cores)
     lm_head = lm_head_ops(model, [SequenceChunk(1, 0)], config.dtype_bytes)[-1]
     lm_head_share = -(-lm_head.weight_bytes // used_cores)
@@ -124,7 +126,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
         embedding = (-(-model.params_embedding * config.dtype_bytes // tp)
                      if index == 0 and hbm_bytes else 0)
         weights.append(("lm_head", lm_head_share))
-        kv_per_token = -(-kv_per_token_layer * len(layers) // tp)
+        kv_per_token = kv_bytes_on_core(kv_per_token_layer * len(layers), kv_heads,
+                                        model.num_key_value_heads)
         tokens = config.batch * config.total_len
         core_plan = plan_core_memory(
             sram_capacity_bytes=sram_bytes, hbm_capacity_bytes=max(0, hbm_bytes - embedding),

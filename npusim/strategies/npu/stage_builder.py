@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import Op, TaskGraph
+from npusim.strategies.npu.heads import head_split, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan
 from npusim.strategies.npu.moe_mapping import MoeRouting, expert_placement
 from npusim.strategies.npu.partition import GemmSpec
@@ -320,49 +321,56 @@ class StageBuilder:
                            "not supported by the NPU mapping")
 
     def _attention(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
-        tp = len(group.cores)
-        # Heads split over the TP group; with GQA the query heads of one KV head share
-        # its keys and values, so they are the rows of one GEMM against that head's K^T
-        # (or V) rather than separate GEMMs each loading it again (the grouped-query
-        # decode kernels of FlashInfer / FlashDecoding do the same).  On the busiest
-        # core: ``kv_heads`` GEMMs of ``rows`` query heads x the new tokens each.
-        q_heads = -(-op.op.batch // tp)
-        group_size = max(1, self.model.num_attention_heads // self.model.num_key_value_heads)
-        kv_heads = -(-q_heads // group_size)
-        rows = -(-q_heads // kv_heads)
-        share = Op("gemm", m=op.op.m * rows, k=op.op.k, n=op.op.n, batch=kv_heads,
-                   dtype_bytes=op.op.dtype_bytes, name=op.name)
+        # Heads split over the TP group (:func:`head_split`); with GQA the query heads of
+        # one KV head share its keys and values, so they are the rows of one GEMM against
+        # that head's K^T (or V) rather than separate GEMMs each loading it again (the
+        # grouped-query decode kernels of FlashInfer / FlashDecoding do the same).  Each
+        # core: one GEMM per KV head it needs, of its query heads' rows x the new tokens,
+        # and it loads (when spilled) the KV of those heads only.
         chunk = self.chunks[op.seq or 0]
         spilled = (self._spill[op.seq][0] if op.seq in self._spill
                    else plan.kv_read_hbm_fraction(chunk.context_len))
+        kv_total = self.model.num_key_value_heads
         out: Ready = {}
-        for core in group.cores:
+        for core, (q_heads, kv_heads) in zip(group.cores, self._heads(group)):
+            if not q_heads:  # more cores than heads: this core has no attention to do
+                out[core] = list(deps[core])
+                continue
             waits = list(deps[core])
-            hbm_bytes = int(op.kv_read_bytes * spilled) // tp
+            hbm_bytes = kv_bytes_on_core(int(op.kv_read_bytes * spilled), kv_heads, kv_total)
             if hbm_bytes and self.has_hbm:
                 waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram", hbm_bytes,
                                             (), f"{tag}.kv_load@core{core}",
                                             chunk_bytes=self.config.stream_chunk_bytes))
+            share = Op("gemm", m=op.op.m * -(-q_heads // kv_heads), k=op.op.k, n=op.op.n,
+                       batch=kv_heads, dtype_bytes=op.op.dtype_bytes, name=op.name)
             out[core] = [graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")]
         return out
 
+    def _heads(self, group: Group) -> tuple[tuple[int, int], ...]:
+        return head_split(self.model.num_attention_heads, self.model.num_key_value_heads,
+                          len(group.cores))
+
     def _kv_write(self, graph, group, plan, op: LayerOp, tag: str, deps: Ready) -> Ready:
-        tp = len(group.cores)
         chunk = self.chunks[op.seq or 0]
         spilled = (self._spill[op.seq][1] if op.seq in self._spill
                    else plan.kv_write_hbm_fraction(chunk.context_len, chunk.new_tokens))
+        kv_total = self.model.num_key_value_heads
         out: Ready = {}
-        for core in group.cores:
-            hbm_bytes = int(op.kv_write_bytes * spilled) // tp
+        for core, (_, kv_heads) in zip(group.cores, self._heads(group)):
+            # A core writes the KV of the heads it reads (replicated heads on each core).
+            hbm_bytes = kv_bytes_on_core(int(op.kv_write_bytes * spilled), kv_heads, kv_total)
             if hbm_bytes and self.has_hbm:
                 out[core] = [graph.transfer(f"core{core}.sram", f"core{core}.hbm", hbm_bytes,
                                             deps[core], f"{tag}.spill@core{core}",
                                             chunk_bytes=self.config.stream_chunk_bytes)]
-            else:
-                copy = Op("elementwise", elements=-(-op.op.elements // tp),
+            elif kv_heads:
+                copy = Op("elementwise", elements=kv_bytes_on_core(op.op.elements, kv_heads, kv_total),
                           flops_per_element=op.op.flops_per_element,
                           dtype_bytes=op.op.dtype_bytes, name=op.name)
                 out[core] = [graph.compute(f"core{core}.vec", copy, deps[core], f"{tag}@core{core}")]
+            else:
+                out[core] = list(deps[core])
         return out
 
     # -- LM head -----------------------------------------------------------------------
