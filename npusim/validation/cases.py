@@ -10,8 +10,9 @@ paper or ``components.md``, a tolerance and a kind:
 * ``trend`` – the metric over ``series`` (run names in order) must be ``increasing``,
   ``decreasing`` or ``flat`` (relative spread within ``tolerance``).
 
-``role`` says whether the reference was used to set a preset's physical parameters
-(``calibration``) or is a genuine ``prediction``; the report keeps them apart.
+``role`` says whether the reference was used to set a preset's physical parameters, or
+a workload setting the paper does not give (``calibration``), or is a genuine
+``prediction``; the report keeps them apart.
 
 Single-run shorthand: ``bench``/``params`` or ``scenario``/``set`` at the top level and
 ``metric`` naming a key of that run's metrics.  Multi-run: ``runs: {name: {...}}`` and
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from npusim.config.loader import validate
 from npusim.config.presets import REPO_ROOT, read_yaml
@@ -44,7 +45,19 @@ class RunSpec(BaseModel):
     bench: str | None = Field(None, description="Registered component bench name.")
     params: dict[str, Any] = Field(default_factory=dict, description="Bench parameters.")
     scenario: str | None = Field(None, description="Scenario path relative to the repository.")
-    set: list[str] = Field(default_factory=list, description="Overrides, as with --set.")
+    set: list[str] = Field(default_factory=list, description="Overrides, as with --set; an "
+                           "item may itself be a list (a YAML alias to overrides several runs "
+                           "share), flattened in place.")
+
+    @field_validator("set", mode="before")
+    @classmethod
+    def _flatten(cls, value: Any) -> Any:
+        # `set: [*shared_load, workload.pd.prefill_cores=49]`: one list of shared
+        # overrides instead of copies that could drift apart.
+        if isinstance(value, list):
+            return [item for entry in value
+                    for item in (entry if isinstance(entry, list) else [entry])]
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "RunSpec":

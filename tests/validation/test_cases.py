@@ -91,3 +91,17 @@ def test_case_passes(case):
     assert outcome.passed, (
         f"{case.id} ({case.title}): simulated {outcome.simulated} vs reference {reference} "
         f"{case.unit}, error {error} (tolerance {case.tolerance:.0%}) {outcome.message}".rstrip())
+
+
+def test_runs_share_overrides_through_a_yaml_alias():
+    # NpuSim Fig. 11's four runs take one list of load overrides; a nested list (the YAML
+    # alias) is flattened in place, so the four cannot drift apart.
+    from npusim.validation.cases import RunSpec
+
+    shared = ["workload.trace.rate_scale=40", "hw.core.sram=128MiB"]
+    spec = RunSpec(scenario="x.yaml", set=[shared, "workload.pd.prefill_cores=49"])
+    assert spec.set == [*shared, "workload.pd.prefill_cores=49"]
+    fig11 = [c for c in load_cases() if c.id in ("S004-020", "S004-021", "S004-023", "S004-025")]
+    loads = {tuple(s for s in run.set if "rate_scale" in s or "trace.file" in s)
+             for case in fig11 for run in case.runs.values()}
+    assert loads == {("workload.trace.rate_scale=40", "workload.trace.file=traces/ratio_1_1_512.csv")}
