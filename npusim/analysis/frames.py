@@ -191,7 +191,7 @@ def _merged(starts, ends) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in merged]
 
 
-def _requests(source: Any) -> "pd.DataFrame | None":
+def request_table(source: Any) -> "pd.DataFrame | None":
     """The per-request table of a Result or a run directory (requests.csv), if any."""
     import pandas as pd
 
@@ -235,7 +235,7 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
     """
     import pandas as pd
 
-    requests = _requests(source)
+    requests = request_table(source)
     if requests is not None and not requests.empty:
         names = ("e2e_ps", "e2e_latency_ps", "latency_ps")
         if column is None and not set(names) & set(requests) \

@@ -177,9 +177,9 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
 
     if by is not None:
         if not isinstance(source, pd.DataFrame):
-            from npusim.analysis.frames import _requests, as_ops
+            from npusim.analysis.frames import as_ops, request_table
 
-            requests = _requests(source)  # group requests by a request column (status)
+            requests = request_table(source)  # group requests by a request column (status)
             source = requests if requests is not None and by in requests else as_ops(source)
         require_columns(source, (by,))
         groups = [(value, group) for value, group in source.groupby(by, sort=True)]

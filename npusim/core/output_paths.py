@@ -1,14 +1,17 @@
 """Checks that an output path can be written, made *before* a run so a long simulation
-or sweep never ends in a traceback with its results lost."""
+or sweep never ends in a traceback with its results lost, and the one way files are
+replaced whole (:func:`atomic_output`)."""
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Iterator
 
 from npusim.core.errors import OutputError
 
-__all__ = ["check_output_dir", "check_output_file"]
+__all__ = ["atomic_output", "check_output_dir", "check_output_file"]
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -71,3 +74,31 @@ def check_output_file(path: str | Path, option: str) -> Path:
         return path
     _check_creatable(path, f"{option} {path}")
     return path
+
+
+@contextmanager
+def atomic_output(path: str | Path, what: str, *, binary: bool = False, durable: bool = False,
+                  hint: str = "") -> Iterator[IO]:
+    """A file to write ``path``'s new content into: a temporary file beside it that
+    replaces ``path`` whole when the block ends (``os.replace`` is atomic), so a reader
+    or a killed process never sees half a file.  An ``OSError`` (disk full, permission
+    changed) removes the temporary file, leaves ``path`` as it was and raises
+    :class:`OutputError` naming the path and ``what`` (then ``hint``).  ``durable``
+    syncs the data to disk before the rename (sweep parts, which a crash must not lose).
+    """
+    path = Path(path)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(staging, "wb" if binary else "w",
+                  **({} if binary else {"encoding": "utf-8", "newline": ""})) as handle:
+            yield handle
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(staging, path)
+    except OSError as exc:
+        staging.unlink(missing_ok=True)
+        raise OutputError(f"{path}: cannot write {what} ({exc.strerror or exc}){hint}") from None
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise

@@ -310,7 +310,10 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         candidates = [g for g in layout if not taken.intersection(g.cores)]
         if len(candidates) < stages * dp and taken:
             # A pool with another TP than the first one's: its groups on the whole chip
-            # straddle the taken cores, so lay them out on the free cores instead.
+            # straddle the taken cores, so lay them out on the free cores instead.  Only
+            # linear placements gain (their lines skip taken cores); block placements
+            # find the same whole blocks.  Not done always: it would move the groups of
+            # pools that line up today.
             free = [core for core in range(total) if core not in taken]
             try:
                 layout = place(width, height, tp, len(free) // tp, config=config.placement,

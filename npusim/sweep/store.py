@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from npusim.core.errors import NpusimError, OutputError
-from npusim.core.output_paths import check_output_dir
+from npusim.core.output_paths import atomic_output, check_output_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,17 +65,10 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "metrics") -> dict
 def _atomic_write(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            pq.write_table(table, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:  # disk full, permissions changed mid-sweep: earlier files stay
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"{path}: cannot write the sweep results ({exc.strerror or exc}); "
-                          "points stored so far are kept, re-run to resume") from None
+    # Disk full or permissions changed mid-sweep: the earlier files stay.
+    with atomic_output(path, "the sweep results", binary=True, durable=True,
+                       hint="; points stored so far are kept, re-run to resume") as handle:
+        pq.write_table(table, handle)
 
 
 def _reason(exc: BaseException) -> str:
@@ -166,15 +159,8 @@ class ResultStore:
         self._make_dirs()
         data = {"sweep": name, "params": params,
                 "points": [{"index": p.index, "key": p.key, "params": p.params} for p in points]}
-        path = self.root / MANIFEST_FILE
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise OutputError(f"{path}: cannot write the sweep manifest "
-                              f"({exc.strerror or exc})") from None
+        with atomic_output(self.root / MANIFEST_FILE, "the sweep manifest") as handle:
+            handle.write(json.dumps(data, indent=1, default=str) + "\n")
 
     def write_row(self, row: Mapping[str, Any]) -> Path:
         """Write one finished point as its own part file, atomically."""

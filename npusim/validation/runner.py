@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from npusim.core.errors import NpusimError, OutputError
-from npusim.core.output_paths import check_output_file
+from npusim.core.output_paths import atomic_output, check_output_file
 from npusim.validation.cases import Outcome, evaluate, load_cases
 from npusim.validation.report import markdown, print_table
 
@@ -49,8 +49,10 @@ def run_cases(suite: str | None = None, ids: list[str] | None = None, fast: bool
     if report is not None:
         try:
             Path(report).parent.mkdir(parents=True, exist_ok=True)
-            Path(report).write_text(markdown(outcomes) + "\n")
         except OSError as exc:
-            raise OutputError(f"--report {report}: cannot write the report "
+            raise OutputError(f"--report {report}: cannot create its directory "
                               f"({exc.strerror or exc})") from None
+        # Replaced whole: a failed write keeps the previous report (docs/validation.md).
+        with atomic_output(report, "the report (--report)") as handle:
+            handle.write(markdown(outcomes) + "\n")
     return outcomes

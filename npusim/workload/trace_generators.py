@@ -33,7 +33,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter,
 
 from npusim.core.errors import TraceError
 from npusim.core.units import PS_PER_S
-from npusim.workload.traces import MAX_ARRIVAL_PS, Request, RequestTrace, read_trace
+from npusim.workload.traces import (MAX_ARRIVAL_PS, Request, RequestTrace, read_trace,
+                                     resolve_trace_path)
 
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
@@ -485,24 +486,3 @@ class TraceSpec(_Spec):
                 f"{_round_up(last_ps / MAX_ARRIVAL_PS)}: the last arrival must come within "
                 f"{_LIMIT}")
         return trace.rescale_rate(self.rate_scale)
-
-
-def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> Path:
-    """``file`` as given if absolute, else the first existing of base_dir/file,
-    ./file and <npusim checkout>/file; TraceError listing the places tried."""
-    from npusim.config.presets import REPO_ROOT
-
-    path = Path(file)
-    if path.is_absolute():
-        candidates = [path]
-    else:
-        candidates = ([Path(base_dir) / path] if base_dir is not None else []) + \
-            [Path.cwd() / path, REPO_ROOT / path]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    folders = [c for c in candidates if c.is_dir()]
-    if folders:
-        raise TraceError(f"{file}: {folders[0]} is a directory; expected a trace file")
-    raise TraceError(f"{file}: trace file not found (looked in "
-                     f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")

@@ -13,22 +13,21 @@ reading a traceback.  Synthetic traces and presets live in
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
-import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from npusim.core.errors import OutputError, TraceError
-from npusim.core.output_paths import check_output_file
+from npusim.core.errors import TraceError
+from npusim.core.output_paths import atomic_output, check_output_file
 from npusim.core.units import PS_PER_S
 from npusim.workload.trace_rows import (Row, csv_rows, integer_cell, jsonl_rows, present,
                                         seconds_cell, timestamp_cell)
 
-__all__ = ["Request", "RequestTrace", "read_trace", "FORMATS", "MAX_ARRIVAL_PS"]
+__all__ = ["Request", "RequestTrace", "read_trace", "resolve_trace_path", "FORMATS",
+           "MAX_ARRIVAL_PS"]
 
 #: Formats :func:`read_trace` understands (``auto`` picks one from the file).
 FORMATS = ("auto", "csv", "jsonl", "azure")
@@ -199,36 +198,27 @@ class RequestTrace:
     def write_csv(self, path: str | Path) -> Path:
         """Write npusim's CSV format (header ``id,arrival_ps,prompt_tokens,output_tokens,
         priority``); :func:`read_trace` reads it back unchanged.  Raises
-        :class:`~npusim.core.errors.OutputError` if ``path`` cannot be written."""
-        buffer = io.StringIO(newline="")
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(COLUMNS)
-        for r in self._requests:
-            writer.writerow((r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens,
-                             r.priority))
-        return _write_text(path, buffer.getvalue())
+        :class:`~npusim.core.errors.OutputError` if ``path`` cannot be written; a failed
+        write leaves an existing file as it was."""
+        path = check_output_file(path, "trace file")
+        with atomic_output(path, "the trace file") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(COLUMNS)
+            writer.writerows((r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens,
+                              r.priority) for r in self._requests)
+        return path
 
     def write_jsonl(self, path: str | Path) -> Path:
-        """Write one JSON object per line with the keys of :data:`COLUMNS`."""
-        return _write_text(path, "".join(
-            json.dumps({"id": r.request_id, "arrival_ps": r.arrival_ps,
-                        "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-                        "priority": r.priority}) + "\n" for r in self._requests))
-
-
-def _write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole (a temporary file renamed over it), after checking
-    that it can be: a directory or an unwritable place is an :class:`OutputError`, and a
-    failed write leaves an existing file as it was."""
-    path = check_output_file(path, "trace file")
-    staging = path.with_name(f".{path.name}.tmp")
-    try:
-        staging.write_text(text, encoding="utf-8", newline="")
-        os.replace(staging, path)
-    except OSError as exc:
-        staging.unlink(missing_ok=True)
-        raise OutputError(f"trace file {path}: cannot write it ({exc.strerror or exc})") from None
-    return path
+        """Write one JSON object per line with the keys of :data:`COLUMNS` (errors as
+        :meth:`write_csv`)."""
+        path = check_output_file(path, "trace file")
+        with atomic_output(path, "the trace file") as handle:
+            for r in self._requests:
+                handle.write(json.dumps({"id": r.request_id, "arrival_ps": r.arrival_ps,
+                                         "prompt_tokens": r.prompt_tokens,
+                                         "output_tokens": r.output_tokens,
+                                         "priority": r.priority}) + "\n")
+        return path
 
 
 def _check_invariants(requests: tuple[Request, ...], source: str) -> None:
@@ -410,3 +400,23 @@ def _time_column(columns: Mapping[str, str]) -> str:
             return columns[key]
     raise AssertionError("no time column")  # _columns guarantees one
 
+
+def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> Path:
+    """``file`` as given if absolute, else the first existing of base_dir/file,
+    ./file and <npusim checkout>/file; TraceError listing the places tried."""
+    from npusim.config.presets import REPO_ROOT
+
+    path = Path(file)
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = ([Path(base_dir) / path] if base_dir is not None else []) + \
+            [Path.cwd() / path, REPO_ROOT / path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    folders = [c for c in candidates if c.is_dir()]
+    if folders:
+        raise TraceError(f"{file}: {folders[0]} is a directory; expected a trace file")
+    raise TraceError(f"{file}: trace file not found (looked in "
+                     f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")

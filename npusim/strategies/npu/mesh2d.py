@@ -18,7 +18,7 @@ class Mesh2dConfig(PartConfig):
 @register("placement", Mesh2dConfig)
 def mesh2d(width: int, height: int, tp: int, groups: int,
            config: Mesh2dConfig | None = None,
-         cores: Collection[int] | None = None) -> list[Group]:
+           cores: Collection[int] | None = None) -> list[Group]:
     check_fit(tp, groups, width, height, cores)
     bw, bh = block_shape(tp, width, height)
     xs, ys = interleave(list(range(bw))), interleave(list(range(bh)))

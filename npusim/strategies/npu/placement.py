@@ -104,12 +104,11 @@ def check_fit(tp: int, groups: int, width: int, height: int,
               cores: Collection[int] | None = None) -> None:
     if tp < 1 or groups < 1:
         raise MappingError(f"tp ({tp}) and number of groups ({groups}) must be positive")
-    if cores is None and tp * groups > width * height:
-        raise MappingError(f"{groups} groups of tp={tp} need {tp * groups} cores; the "
-                           f"{width}x{height} mesh has {width * height}")
-    if cores is not None and tp * groups > len(cores):
-        raise MappingError(f"{groups} groups of tp={tp} need {tp * groups} cores; "
-                           f"{len(cores)} are free")
+    available = width * height if cores is None else len(cores)
+    if tp * groups > available:
+        where = (f"the {width}x{height} mesh has {available}" if cores is None
+                 else f"{available} are free")
+        raise MappingError(f"{groups} groups of tp={tp} need {tp * groups} cores; {where}")
 
 
 def line_groups(line: list[int], tp: int, groups: int, cores: Collection[int] | None

@@ -1,0 +1,34 @@
+"""Replacing an output file whole (atomic_output)."""
+
+import pytest
+
+from npusim.core.errors import OutputError
+from npusim.core.output_paths import atomic_output
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_file_is_replaced_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "report.md"
+    target.write_text("old\n")
+    with atomic_output(target, "the report") as handle:
+        handle.write("new\n")
+        assert target.read_text() == "old\n"  # readers see the old file until the end
+    assert target.read_text() == "new\n"
+    with pytest.raises(RuntimeError):
+        with atomic_output(target, "the report") as handle:
+            handle.write("half")
+            raise RuntimeError("interrupted")
+    assert target.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]  # no staging file left
+
+
+def test_a_write_that_fails_names_the_path_and_keeps_the_old_file(tmp_path):
+    target = tmp_path / "results.parquet"
+    target.write_bytes(b"old")
+    with pytest.raises(OutputError, match=r"results.parquet: cannot write the sweep results "
+                                          r"\(.*\); keep going"):
+        with atomic_output(target, "the sweep results", binary=True, hint="; keep going") as handle:
+            handle.write(b"new")
+            raise OSError(28, "No space left on device")
+    assert target.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
