@@ -85,12 +85,24 @@ def atomic_output(path: str | Path, what: str, *, binary: bool = False, durable:
     changed) removes the temporary file, leaves ``path`` as it was and raises
     :class:`OutputError` naming the path and ``what`` (then ``hint``).  ``durable``
     syncs the data to disk before the rename (sweep parts, which a crash must not lose).
+
+    A symbolic link is followed (its target is replaced, the link stays); a path that
+    exists but is not a regular file (``/dev/stdout``, a FIFO) is written in place,
+    since renaming over it would replace the device with a file.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
+    mode = "wb" if binary else "w"
+    text = {} if binary else {"encoding": "utf-8", "newline": ""}
+    if path.exists() and not path.is_file():
+        try:
+            with open(path, mode, **text) as handle:
+                yield handle
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write {what} ({exc.strerror or exc}){hint}") from None
+        return
     staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(staging, "wb" if binary else "w",
-                  **({} if binary else {"encoding": "utf-8", "newline": ""})) as handle:
+        with open(staging, mode, **text) as handle:
             yield handle
             if durable:
                 handle.flush()

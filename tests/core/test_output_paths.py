@@ -1,5 +1,7 @@
 """Replacing an output file whole (atomic_output)."""
 
+from pathlib import Path
+
 import pytest
 
 from npusim.core.errors import OutputError
@@ -32,3 +34,21 @@ def test_a_write_that_fails_names_the_path_and_keeps_the_old_file(tmp_path):
             handle.write(b"new")
             raise OSError(28, "No space left on device")
     assert target.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_link_keeps_pointing_at_its_target_and_a_device_is_written_in_place(tmp_path):
+    target = tmp_path / "target.md"
+    target.write_text("old\n")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    with atomic_output(link, "the report") as handle:
+        handle.write("new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    with atomic_output("/dev/null", "the report") as handle:  # not replaced by a file
+        handle.write("gone\n")
+    assert Path("/dev/null").is_char_device()
+    if Path("/dev/full").is_char_device():  # Linux: every write fails with ENOSPC
+        with pytest.raises(OutputError, match="/dev/full: cannot write the report"):
+            with atomic_output("/dev/full", "the report") as handle:
+                handle.write("x" * 100_000)
+        assert Path("/dev/full").is_char_device()
