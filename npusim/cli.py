@@ -97,32 +97,35 @@ def run(
     hw: Optional[Path] = typer.Option(None, "--hw", help="Replace the scenario's hardware with this YAML."),
     set_: List[str] = typer.Option([], "--set", help="Override a field: PATH=VALUE (repeatable)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="Fidelity: tlm or analytic."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default out/<name>)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Output directory (default out/<name>)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table."),
     model: Optional[str] = typer.Option(None, "--model", help="LLM workloads: model name or config.json."),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="LLM workloads: prompt tokens."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="LLM workloads: generated tokens."),
     batch: Optional[int] = typer.Option(None, "--batch", help="LLM workloads: fixed batch size."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Serving workloads: request trace "
+    trace: Optional[str] = typer.Option(None, "--trace", help="Serving workloads: request trace "
                                          "(CSV, JSONL or Azure CSV); --set workload.trace.limit=N after it."),
 ) -> None:
     """Simulate one scenario and write metrics.json, ops.csv, units.csv, trace.json and
     config.resolved.yaml."""
     from npusim.api import simulate
     from npusim.config.loader import load_scenario
-    from npusim.core.output_paths import check_output_dir
+    from npusim.core.output_paths import check_output_dir, option_path
 
     def action() -> None:
+        trace_path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
+        out_path = option_path(out, "--out", "a directory for the results")
         # File names and model names go in as JSON strings (valid YAML double-quoted
         # scalars), so quotes, ': ' or ' #' in them are not read as YAML syntax.
-        overrides = ([f"workload.trace={{file: {json.dumps(str(trace.resolve()))}}}"] if trace else [])
+        overrides = ([f"workload.trace={{file: {json.dumps(str(trace_path.resolve()))}}}"]
+                     if trace_path else [])
         overrides += list(set_) + ([f"run.mode={mode}"] if mode else [])
         for field, value in (("model", model), ("prompt_len", prompt_len),
                              ("output_len", output_len), ("batch", batch)):
             if value is not None:
                 overrides.append(f"workload.{field}={json.dumps(value)}")
         config = load_scenario(scenario, overrides, hw)
-        out_dir = check_output_dir(out or Path("out") / config.name)  # before the run
+        out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run
         try:
             result = _simulate_with_progress(simulate, config, quiet)
         except (MappingError, TraceError) as exc:  # valid config that cannot run: say which

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from npusim.core.errors import NpusimError
+from npusim.core.output_paths import option_path
 
 PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline")
 
@@ -24,7 +25,7 @@ def _guard(action: Callable[[], Any]) -> Any:
 
 def sweep(
     spec: Path = typer.Argument(..., help="Sweep spec YAML (base scenario + axes)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Results directory "
+    out: Optional[str] = typer.Option(None, "--out", help="Results directory "
                                        "(default out/sweeps/<name>); re-running resumes."),
     executor: str = typer.Option("local", "--executor", help="local (processes), dask, or serial."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes "
@@ -49,7 +50,8 @@ def sweep(
         if scheduler and executor != "dask":
             raise NpusimError("--scheduler needs --executor dask")
         parsed = load_spec(spec)
-        out_dir = out or Path("out") / "sweeps" / parsed.name
+        out_dir = (option_path(out, "--out", "a directory for the sweep results")
+                   or Path("out") / "sweeps" / parsed.name)
         ResultStore(out_dir).check_output("--out")  # before any point is resolved or run
         summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
                             scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
@@ -88,7 +90,7 @@ def plot(
     bins: int = typer.Option(100, "--bins", help="timeline: number of time bins "
                              "(1 to 100,000)."),
     logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
+    out: Optional[str] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
                                        "default SOURCE/plot-KIND.png)."),
 ) -> None:
     """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf) to PNG/SVG."""
@@ -110,7 +112,8 @@ def plot(
             raise NpusimError(f"{source}: not a directory; expected a sweep directory (npusim "
                               "sweep --out DIR) or a run directory (npusim run --out DIR)")
         # The figure path is checked before anything is loaded or drawn.
-        target = check_figure_path(out, "--out") if out is not None else \
+        figure = option_path(out, "--out", "a figure file (.png, .svg or .pdf)")
+        target = check_figure_path(figure, "--out") if figure is not None else \
             check_figure_path(source / f"plot-{kind}.png")
         if kind == "timeline" and not 1 <= bins <= MAX_BINS:
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "

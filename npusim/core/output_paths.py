@@ -11,7 +11,18 @@ from typing import IO, Iterator
 
 from npusim.core.errors import OutputError
 
-__all__ = ["atomic_output", "check_output_dir", "check_output_file"]
+__all__ = ["atomic_output", "check_output_dir", "check_output_file", "option_path"]
+
+
+def option_path(value: str | None, option: str, expected: str) -> Path | None:
+    """A command-line path option as a :class:`Path` (``None`` if not given).  An empty
+    string is an error: ``Path("")`` is the current directory, where ``--out ''`` would
+    scatter the results."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise OutputError(f"{option}: got an empty path {value!r}; expected {expected}")
+    return Path(value)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -69,6 +69,12 @@ def test_plot_timeline_from_a_run_directory(tmp_path, capsys):
     (["plot", "{sweep}", "--kind", "line", "-x", "a", "-y", "b", "--out", "f.jpg"], "unsupported figure format"),
     (["sweep", SWEEP, "--executor", "spark"], "unknown executor 'spark'"),
     (["sweep", SWEEP, "--scheduler", "tcp://127.0.0.1:1"], "needs --executor dask"),
+    # Path('') is the current directory: results would be scattered there.
+    (["sweep", SWEEP, "--out", ""], "--out: got an empty path"),
+    (["run", QUICKSTART, "--out", ""], "--out: got an empty path"),
+    (["run", QUICKSTART, "--trace", "", "--out", "{sweep}/run"], "--trace: got an empty path"),
+    (["plot", "{sweep}", "--kind", "cdf", "--value", "metrics.latency_ps", "--out", ""],
+     "--out: got an empty path"),
 ])
 def test_user_errors_are_one_message_exit_2(swept, args, expected, capsys):
     args = [str(a).replace("{sweep}", str(swept)) for a in args]
