@@ -50,7 +50,13 @@ def check_name(path: Any, where: str, bad) -> bool:
 
 def _values(value: Any, where: str, bad) -> list | None:
     if isinstance(value, str) and value.strip().startswith("["):
-        value = yaml.safe_load(value)  # "[32, 64]" written as a string
+        try:
+            value = yaml.safe_load(value)  # "[32, 64]" written as a string
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            bad(where, f"{value!r} is not a valid YAML list ({problem}); expected a "
+                       "non-empty list of values, e.g. [32, 64]")
+            return None
     if not isinstance(value, list) or not value:
         bad(where, f"expected a non-empty list of values, got {value!r}")
         return None

@@ -254,3 +254,13 @@ def test_a_sweep_name_is_a_plain_name_and_a_scenario_is_not_a_spec():
                        source="s.yaml")
     with pytest.raises(ConfigError, match="looks like a scenario"):
         spec_from_dict({"name": "q", "hw": {}, "workload": {}}, source="quickstart.yaml")
+
+
+def test_a_list_written_as_a_malformed_string_is_a_field_error():
+    # `workload.m: "[32, 64"` (a list in quotes, unclosed): one problem on its path.
+    with pytest.raises(ConfigError) as info:
+        spec(axes=[{"grid": {"workload.m": "[32, 64"}}, {"zip": {"workload.k": "[1, 2]]"}}])
+    problems = dict(info.value.problems)
+    assert "'[32, 64' is not a valid YAML list" in problems["axes[0].grid.workload.m"]
+    assert "is not a valid YAML list" in problems["axes[1].zip.workload.k"]
+    assert spec(axes={"workload.m": "[32, 64]"}).param_names == ["workload.m"]
