@@ -282,6 +282,8 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     layers = model.num_hidden_layers
     roles: list[tuple[str, int, int, int]] = []  # (role, cores, tp, dp)
     if pd.mode == "fusion":
+        if pd.cores is not None and pd.cores > total:
+            raise MappingError(f"workload.pd.cores = {pd.cores} exceeds the chip's {total} cores")
         cores = pd.cores or total
         roles.append(("fused", cores, pd.tp, pd.dp))
     else:
@@ -290,6 +292,16 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
                                f"{pd.prefill_cores + pd.decode_cores} exceeds the chip's {total} cores")
         roles.append(("prefill", pd.prefill_cores, pd.prefill_tp or pd.tp, pd.prefill_dp))
         roles.append(("decode", pd.decode_cores, pd.decode_tp or pd.tp, pd.decode_dp))
+    for role, cores, tp, dp in roles:  # before any replica is built (or fails to fit)
+        cores_field = "cores" if role == "fused" else f"{role}_cores"
+        if cores // tp // dp > layers and (role != "fused" or pd.cores is not None):
+            # A stage holds at least one layer: asked-for cores beyond that would idle.
+            # (Fusion's default, the whole chip, uses what the layers can fill.)
+            raise MappingError(
+                f"workload.pd.{cores_field} = {cores}: {dp} pipeline(s) of TP {tp} groups make "
+                f"{cores // tp // dp} stages each, but {model.name} has {layers} layers (one "
+                f"or more per stage), so {cores - layers * tp * dp} cores would sit idle; "
+                f"expected at most {layers * tp * dp} cores, or a larger TP or DP")
     replicas: list[Replica] = []
     key_ids: dict = {}
     taken: set[int] = set()

@@ -229,6 +229,9 @@ def test_decode_core_variant_needs_disaggregation():
     ("workload.pd.decode_core={hbm_channels: 3}", "must be a power of two"),
     ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"),
     ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
+    # Qwen3-4B has 36 layers: 42 one-core stages would leave 6 cores without a layer.
+    ("workload.pd.tp=1", "workload.pd.prefill_cores = 42: 1 pipeline(s) of TP 1 groups make "
+                         "42 stages each, but qwen3_4b has 36 layers"),
 ])
 def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", DISAGG, "-q",
