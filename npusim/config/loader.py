@@ -225,8 +225,11 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
         else:
             message = error["msg"].removeprefix("Value error, ")
             shown = error.get("input")
+            # Quoted, so a value that is part of an allowed one ('disagg' in
+            # "Input should be 'fusion' or 'disaggregation'") is still shown.
             said = (f"got {shown!r}" in message or f"got {shown}" in message
-                    or (isinstance(shown, str) and len(shown) > 3 and shown in message))
+                    or (isinstance(shown, str) and len(shown) > 3
+                        and (repr(shown) in message or f'"{shown}"' in message)))
             if not said:  # the message does not quote the value already
                 message += f" (got {_describe_input(shown)})"
         problems.append((path, message))

@@ -178,3 +178,13 @@ def test_a_preset_root_variable_that_is_not_a_directory_is_named(value, monkeypa
     monkeypatch.setenv("NPUSIM_HWCONFIGS", value)
     with pytest.raises(ConfigError, match=r"\$NPUSIM_HWCONFIGS='.*' is not a directory; hardware presets"):
         loader.resolve_presets({"hw": {"preset": "npu/large_core_64"}}, "s.yaml")
+
+
+def test_a_bad_choice_that_is_part_of_an_allowed_one_is_still_shown():
+    class Run(PartConfig):
+        kind: Literal["run"] = "run"
+        mode: Literal["tlm", "analytic"] = "tlm"
+
+    with pytest.raises(ConfigError) as info:
+        loader.validate(Run, {"mode": "analy"}, "s.yaml")
+    assert "(got 'analy')" in str(info.value)
