@@ -63,6 +63,10 @@ def sweep(
         if len(summary.errors) > 10:
             typer.secho(f"  ... and {len(summary.errors) - 10} more (see the error column)",
                         fg=typer.colors.YELLOW, err=True)
+        if summary.duplicates:
+            typer.secho(f"  {summary.duplicates} point(s) repeat another point's config and "
+                        "parameters (a random axis drew a value twice): stored once",
+                        fg=typer.colors.YELLOW, err=True)
         if summary.failed_before:
             typer.secho(f"  {summary.failed_before} point(s) stored as failed by an earlier run "
                         f"(--retry-failed runs them again)", fg=typer.colors.YELLOW, err=True)

@@ -41,6 +41,7 @@ class SweepSummary:
     skipped: int = 0            # constraints / invalid configs, recorded with a reason
     lost: int = 0               # a worker died; not recorded, retried next run
     failed_before: int = 0      # stored as failed by an earlier run and not retried
+    duplicates: int = 0         # points with another point's config and parameters
     wall_time_s: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -208,10 +209,18 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     store.compact()  # fold in parts left by an earlier (possibly killed) run
     done = store.finished()
     store.write_manifest(spec.name, spec.param_names, points)
-    todo = [p for p in points if p.key not in done or (retry_failed and done[p.key] == "failed")]
-    summary = SweepSummary(out_dir=Path(out_dir), total=len(points),
-                           skipped_done=len(points) - len(todo),
-                           failed_before=sum(1 for p in points if p.key in done
+    # Points with the same key (a random axis drawing a value twice) are one result.
+    unique: list[Point] = []
+    seen: set[str] = set()
+    for point in points:
+        if point.key not in seen:
+            seen.add(point.key)
+            unique.append(point)
+    todo = [p for p in unique if p.key not in done or (retry_failed and done[p.key] == "failed")]
+    summary = SweepSummary(out_dir=Path(out_dir), total=len(unique),
+                           duplicates=len(points) - len(unique),
+                           skipped_done=len(unique) - len(todo),
+                           failed_before=sum(1 for p in unique if p.key in done
                                              and done[p.key] == "failed" and not retry_failed))
     # Skipped points cost nothing: record them here instead of shipping them to workers.
     tasks = [point_task(p, spec.name) for p in todo]

@@ -234,6 +234,7 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     fixed = _parse_set(data.get("set"), bad)
     axes = parse_axes(data.get("axes"), bad)
     derived = _parse_derived(data.get("derived"), bad)
+    _check_each_path_set_once(axes, derived, bad)
     constraints = _parse_constraints(data.get("constraints"), bad)
     on_invalid = data.get("on_invalid", "error")
     if on_invalid not in ("error", "skip"):
@@ -326,6 +327,24 @@ def _shown(text: str, limit: int = 80) -> str:
     if len(text) <= limit:
         return repr(text)
     return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _check_each_path_set_once(axes: list[Axis], derived: Mapping[str, Any], bad) -> None:
+    """A path swept by two blocks, or swept and derived, would keep only the last value
+    of each point: the other block's points collapse onto the same configs."""
+    owner: dict[str, int] = {}
+    for index, axis in enumerate(axes):
+        for path in (axis.rows[0] if axis.rows else {}):
+            if path in owner:
+                bad(f"axes[{index}].{axis.kind}.{path}",
+                    f"already swept by axes[{owner[path]}]; sweep a path in one block "
+                    "(all its values in one list)")
+            else:
+                owner[path] = index
+    for path in derived:
+        if path in owner:
+            bad(f"derived.{path}", f"is swept by axes[{owner[path]}]; a path is either "
+                                   "swept or derived, not both")
 
 
 def _parse_derived(value: Any, bad) -> dict[str, str]:

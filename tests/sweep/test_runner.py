@@ -133,3 +133,12 @@ def test_output_directory_is_checked_before_points_are_resolved(tmp_path):
     with pytest.raises(OutputError, match=r"afile is a file, not a directory"):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), afile / "sub", executor="serial")
     assert afile.read_text() == "x"
+
+
+def test_a_random_axis_that_draws_a_point_twice_stores_and_counts_it_once(tmp_path):
+    spec = spec_from_dict({**GRID, "axes": [{"random": {"seed": 1, "samples": 6,
+                                                        "params": {"workload.m": [64, 128]}}}]},
+                          "dup.yaml")
+    summary = run_sweep(spec, tmp_path, executor="serial")
+    assert (summary.total, summary.ok, summary.duplicates) == (2, 2, 4)
+    assert sorted(load_results(tmp_path)["workload.m"].unique()) == [64, 128]

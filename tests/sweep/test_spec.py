@@ -264,3 +264,15 @@ def test_a_list_written_as_a_malformed_string_is_a_field_error():
     assert "'[32, 64' is not a valid YAML list" in problems["axes[0].grid.workload.m"]
     assert "is not a valid YAML list" in problems["axes[1].zip.workload.k"]
     assert spec(axes={"workload.m": "[32, 64]"}).param_names == ["workload.m"]
+
+
+def test_a_path_is_swept_by_one_block_and_never_also_derived():
+    # Two blocks over workload.m (or m swept and derived) would collapse points onto the
+    # same configs, keeping only the last block's value.
+    with pytest.raises(ConfigError) as info:
+        spec(axes=[{"grid": {"workload.m": [1, 2]}}, {"grid": {"workload.m": [3, 4]}},
+                   {"zip": {"workload.k": [64, 128]}}],
+             derived={"workload.k": "${workload.m} * 2"})
+    problems = dict(info.value.problems)
+    assert "already swept by axes[0]" in problems["axes[1].grid.workload.m"]
+    assert "is swept by axes[2]" in problems["derived.workload.k"]
