@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from npusim.core.errors import NpusimError, OutputError
@@ -11,16 +12,25 @@ from npusim.validation.report import markdown, print_table
 
 
 def select(suite: str | None = None, ids: list[str] | None = None, fast: bool = False):
+    """The cases of ``suite`` (all if ``None``) with these ``ids`` (all if empty)."""
     cases = load_cases()
-    if suite:
+    if suite is not None:
         known = sorted({c.suite for c in cases})
-        if suite not in known:
-            raise NpusimError(f"no suite {suite!r}; known suites: {', '.join(known)}")
+        if suite not in known:  # '' too: it would otherwise select every suite
+            raise NpusimError(f"--suite: no suite {suite!r}; known suites: {', '.join(known)}")
         cases = [c for c in cases if c.suite == suite]
     if ids:
-        unknown = sorted(set(ids) - {c.id for c in cases})
+        known_ids = [c.id for c in cases]
+        unknown = sorted(set(ids) - set(known_ids))
         if unknown:
-            raise NpusimError(f"unknown case ids: {', '.join(unknown)}")
+            hints = []
+            for bad in unknown:
+                close = difflib.get_close_matches(bad, known_ids, n=3, cutoff=0.6)
+                hints.append(f"{bad!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+            scope = f"suite {suite!r}" if suite is not None else "any suite"
+            raise NpusimError(f"--case: unknown case id(s) in {scope}: {', '.join(hints)}; "
+                              f"ids look like {known_ids[0]} ({len(known_ids)} cases, "
+                              "listed in docs/validation.md)")
         cases = [c for c in cases if c.id in ids]
     if fast:
         slow = [c.id for c in cases if c.slow]

@@ -406,6 +406,8 @@ def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> 
     ./file and <npusim checkout>/file; TraceError listing the places tried."""
     from npusim.config.presets import REPO_ROOT
 
+    if not str(file).strip():  # Path("") is the current directory
+        raise TraceError(f"got an empty path {str(file)!r}; expected a trace file")
     path = Path(file)
     if path.is_absolute():
         candidates = [path]
@@ -418,5 +420,8 @@ def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> 
     folders = [c for c in candidates if c.is_dir()]
     if folders:
         raise TraceError(f"{file}: {folders[0]} is a directory; expected a trace file")
+    others = [c for c in candidates if c.exists()]  # a device, a FIFO, a socket
+    if others:
+        raise TraceError(f"{file}: {others[0]} is not a regular file; expected a trace file")
     raise TraceError(f"{file}: trace file not found (looked in "
                      f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")

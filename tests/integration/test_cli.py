@@ -144,6 +144,17 @@ def test_validate_checks_the_report_path_and_refuses_an_empty_selection(tmp_path
     assert not (tmp_path / "r.md").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--case", "S004-02"], "unknown case id(s) in any suite: 'S004-02' (did you mean S004-02"),
+    (["--case", ""], "unknown case id(s) in any suite: ''"),
+    (["--suite", ""], "--suite: no suite ''; known suites: components"),  # not "every suite"
+    (["--suite", "npusim", "--case", "C-SA-01"], "unknown case id(s) in suite 'npusim'"),
+])
+def test_validate_names_a_bad_selection(args, message, tmp_path, capsys):
+    code, _, err = run_cli(["validate", *args, "--report", str(tmp_path / "r.md")], capsys)
+    assert code == 2 and message in err and not (tmp_path / "r.md").exists()
+
+
 def test_trace_and_model_shorthands_take_any_file_name(tmp_path, capsys):
     trace = tmp_path / "it's #1: a.csv"  # YAML syntax in a file name
     trace.write_text("arrival_ps,prompt_tokens,output_tokens\n0,8,2\n1000000,8,2\n")

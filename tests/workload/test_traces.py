@@ -440,6 +440,10 @@ def test_tracespec_file_errors_name_the_field_and_a_directory(tmp_path):
         TraceSpec(file="nope.csv").build()
     with pytest.raises(TraceError, match=r"is a directory; expected a trace file"):
         TraceSpec(file=str(tmp_path)).build()
+    with pytest.raises(TraceError, match=r"/dev/null is not a regular file; expected a trace"):
+        TraceSpec(file="/dev/null").build()
+    with pytest.raises(TraceError, match=r"^workload.trace.file: got an empty path ''"):
+        TraceSpec(file="").build()  # not the current directory
 
 
 def test_every_tracespec_field_described():
