@@ -347,9 +347,11 @@ def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str
         else:
             absolute = timestamp_cell(row, columns["timestamp"], loc)
         if absolute > MAX_ARRIVAL_PS and "timestamp" not in columns:
+            # In the column's own unit: picoseconds for arrival_ps, seconds for arrival_s.
+            limit = (f"{MAX_ARRIVAL_PS} ps ({MAX_ARRIVAL_PS / PS_PER_S:.0f} s)"
+                     if "arrival_ps" in columns else f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s")
             raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
-                             f"{row.values.get(_time_column(columns))!r}; expected at most "
-                             f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s")
+                             f"{row.values.get(_time_column(columns))!r}; expected at most {limit}")
         if previous_ps is not None:
             if absolute < previous_ps or (absolute == previous_ps and not allow_simultaneous):
                 col = _time_column(columns)

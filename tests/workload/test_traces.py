@@ -192,6 +192,8 @@ INVALID_CSV = [
     ("non-integer length", HEADER + "a,0,5,3\nb,10,4,2.5\n", 3, "'output_tokens': got '2.5'"),
     ("zero output", HEADER + "a,0,5,0\n", 2, "at least one token"),
     ("nan", HEADER + "a,0,nan,3\n", 2, "'prompt_tokens': got 'nan'"),
+    ("arrival past int64 ps", HEADER + "a,0,5,3\nb,99999999999999999999,5,3\n", 3,
+     "expected at most 9223372036854775807 ps (9223372 s)"),  # in the column's unit
     ("missing value", HEADER + "a,0,5,3\nb,,5,3\n", 3, "'arrival_ps': value is missing"),
     ("unsorted", HEADER + "a,0,5,3\nb,10,5,3\nc,9,5,3\n", 4, "before the arrival at line 3"),
     ("duplicate timestamp", HEADER + "a,0,5,3\nb,0,5,3\n", 3, "equal to the arrival at line 2"),
