@@ -404,7 +404,11 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
 def kv_transfer_graph(source: Replica, target: Replica, tokens: int, kv_bytes_per_token_layer: int
                       ) -> TaskGraph:
     """KV of ``tokens`` tokens from the prefill replica's stage cores to the decode
-    replica's cores owning the same layers (each core its 1/tp slice, over the NoC)."""
+    replica's cores owning the same layers (each core its 1/tp slice, over the NoC).
+
+    The KV crosses the NoC once: KV heads that several decode cores read (a TP above
+    the KV heads, :mod:`~npusim.strategies.npu.heads`) are not sent once per reader,
+    an approximation that under-counts such transfers by at most that replication."""
     graph = TaskGraph(name="kv_transfer")
     owner = {}
     for group, plan in zip(target.groups, target.plans):
