@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
-from npusim.core.errors import MappingError, NpusimError, TraceError
+from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
@@ -120,11 +120,25 @@ def run(
         overrides = ([f"workload.trace={{file: {json.dumps(str(trace_path.resolve()))}}}"]
                      if trace_path else [])
         overrides += list(set_) + ([f"run.mode={mode}"] if mode else [])
-        for field, value in (("model", model), ("prompt_len", prompt_len),
-                             ("output_len", output_len), ("batch", batch)):
+        shorthands = {"model": ("--model", model), "prompt_len": ("--prompt-len", prompt_len),
+                      "output_len": ("--output-len", output_len), "batch": ("--batch", batch)}
+        for field, (_, value) in shorthands.items():
             if value is not None:
                 overrides.append(f"workload.{field}={json.dumps(value)}")
-        config = load_scenario(scenario, overrides, hw)
+        try:
+            config = load_scenario(scenario, overrides, hw)
+        except ConfigError as exc:
+            # A shorthand the scenario's workload kind has no field for: name the option
+            # rather than suggest a look-alike key of that workload.
+            for path, message in exc.problems:
+                field = path.removeprefix("workload.")
+                if field in shorthands and shorthands[field][1] is not None \
+                        and message.startswith("unknown key"):
+                    raise NpusimError(f"{scenario}: {shorthands[field][0]}: this scenario's "
+                                      f"workload has no {field} field (the option applies to "
+                                      "LLM workloads, kind: llm; a serving workload takes its "
+                                      "requests from workload.trace)") from None
+            raise
         out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run
         try:
             result = _simulate_with_progress(simulate, config, quiet)

@@ -165,6 +165,13 @@ def test_trace_and_model_shorthands_take_any_file_name(tmp_path, capsys):
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["requests_finished"] == 2
 
 
+def test_an_llm_shorthand_on_a_serving_scenario_names_the_option(tmp_path, capsys):
+    code, _, err = run_cli(["run", str(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"),
+                            "-q", "--out", str(tmp_path / "o"), "--prompt-len", "10"], capsys)
+    assert code == 2 and "--prompt-len: this scenario's workload has no prompt_len" in err
+    assert "preemption" not in err  # not a look-alike key of the serving workload
+
+
 def test_a_run_that_fails_leaves_no_empty_output_directory(tmp_path, capsys):
     out = tmp_path / "new" / "o"
     code, _, err = run_cli(["run", str(QUICKSTART), "--mode", "analytic", "-q", "--out", str(out),
