@@ -13,10 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from npusim.core import registry
+from npusim.core.registry import NumbersNotBooleans
 from npusim.hw.energy import EnergyConfig
 
 
-class RunConfig(BaseModel):
+class RunConfig(NumbersNotBooleans):
     """How to run: fidelity, seed and memoisation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

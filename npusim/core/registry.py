@@ -26,24 +26,17 @@ _PART_PACKAGES = ("npusim.hw", "npusim.workload", "npusim.mapping", "npusim.stra
                   "npusim.serving")
 
 
-class PartConfig(BaseModel):
-    """Base of every typed configuration block.
+class NumbersNotBooleans(BaseModel):
+    """Mixin for configuration models: a boolean given for a number field is an error.
 
-    Frozen (a resolved config cannot change under a running simulation), strict about
-    keys (a typo is an error, not a silently ignored field) and about numbers (an
-    ``inf`` or ``nan`` parameter is an error where it is given, not an overflow deep in
-    a run or an invalid metrics.json).
+    pydantic reads ``true`` as 1 for a number field, so ``tp: true`` (a typo) would run as
+    tp = 1.  The check is model-level: a field-level one would break the ``kind``
+    discriminator of the registry unions.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
-                              allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
     def _no_booleans_for_numbers(cls, data: Any) -> Any:
-        # pydantic reads ``true`` as 1 for a number field, so ``m: true`` (a typo) would
-        # run as m = 1.  A model-level check: a field-level one would break the ``kind``
-        # discriminator of the registry unions.
         if isinstance(data, dict):
             for name, value in data.items():
                 field = cls.model_fields.get(name)
@@ -52,6 +45,19 @@ class PartConfig(BaseModel):
                     if bool not in allowed and allowed & {int, float}:
                         raise ValueError(f"{name}: expected a number, got the boolean {value}")
         return data
+
+
+class PartConfig(NumbersNotBooleans):
+    """Base of every typed configuration block.
+
+    Frozen (a resolved config cannot change under a running simulation), strict about
+    keys (a typo is an error, not a silently ignored field), about numbers (an ``inf`` or
+    ``nan`` parameter is an error where it is given, not an overflow deep in a run or an
+    invalid metrics.json) and about booleans given for numbers.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True,
+                              allow_inf_nan=False)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ its source or labelled an assumption.  Override them under ``hw.area`` in a scen
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from npusim.core.registry import NumbersNotBooleans
 
 
-class AreaConfig(BaseModel):
+class AreaConfig(NumbersNotBooleans):
     """Area densities at one process node (default: 7 nm)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

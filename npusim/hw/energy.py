@@ -18,7 +18,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from npusim.core.registry import NumbersNotBooleans
 
 #: Energy per operation at 7 nm relative to 45 nm for arithmetic.  Assumption: 1/3.
 #: Jouppi et al. ("Ten lessons from three generations shaped Google's TPUv4i", ISCA 2021,
@@ -74,7 +76,7 @@ DEFAULT_DRAM_PJ_PER_BIT: dict[str, float] = {
 }
 
 
-class EnergyConfig(BaseModel):
+class EnergyConfig(NumbersNotBooleans):
     """Dynamic energy per event and static power per part (defaults: 7 nm).
 
     Every default is cited or labelled an assumption; see ``docs/energy.md``."""

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from npusim.core.registry import PartConfig, register
+from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.workload.llm import ModelMappingChecks, _named_part
 from npusim.workload.trace_generators import TraceSpec
 
 
-class CoreVariant(BaseModel):
+class CoreVariant(NumbersNotBooleans):
     """A different core for one role (NpuSim Fig. 12 "A32H60": systolic size, HBM)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -35,7 +35,7 @@ class CoreVariant(BaseModel):
                                                              "power of two).")
 
 
-class PdConfig(BaseModel):
+class PdConfig(NumbersNotBooleans):
     """How prefill and decode share the chip (NpuSim §4.3)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -94,7 +94,7 @@ class PdConfig(BaseModel):
         return self
 
 
-class SloConfig(BaseModel):
+class SloConfig(NumbersNotBooleans):
     """Service-level objectives for goodput."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -28,16 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from npusim.config.loader import validate
 from npusim.config.presets import REPO_ROOT, read_yaml
 from npusim.core.errors import ConfigError
+from npusim.core.registry import NumbersNotBooleans
 
 CASES_DIR = Path(__file__).with_name("cases")
 
 
-class RunSpec(BaseModel):
+class RunSpec(NumbersNotBooleans):
     """One run a case needs: a component bench or a scenario."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -66,7 +67,7 @@ class RunSpec(BaseModel):
         return self
 
 
-class Case(BaseModel):
+class Case(NumbersNotBooleans):
     """A reference case (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from npusim.core.errors import MappingError
-from npusim.core.registry import PartConfig, register
+from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes, TimePs, format_bytes
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.workload.program import Program
@@ -97,14 +97,14 @@ def lower_gemm(device, config: GemmWorkloadConfig, seed: int = 0) -> Program:
     return program
 
 
-class _TaskSpec(BaseModel):
+class _TaskSpec(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field("", description="Unique name other tasks refer to in 'after'.")
     after: list[str] = Field(default_factory=list, description="Names of tasks this one waits for.")
 
 
-class OpSpec(BaseModel):
+class OpSpec(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["gemm", "elementwise", "softmax", "reduce"] = Field(description="Operation kind.")

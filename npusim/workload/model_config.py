@@ -26,10 +26,11 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr,
+from pydantic import (AliasChoices, ConfigDict, Field, PrivateAttr,
                       ValidationError, model_validator)
 
 from npusim.core.errors import ConfigError
+from npusim.core.registry import NumbersNotBooleans
 from npusim.workload.model_params import GATED_MLP_MATRICES, LayerParams, ParamCounts
 
 __all__ = ["GATED_MLP_MATRICES", "LayerParams", "ModelConfig", "list_models", "load_model",
@@ -68,7 +69,7 @@ MODELS_SUBDIR = "models"
 LayerKind = Literal["dense", "moe"]
 
 
-class ModelConfig(ParamCounts, BaseModel):
+class ModelConfig(ParamCounts, NumbersNotBooleans):
     """A decoder-only LLM described by Hugging Face ``config.json`` fields.
 
     Fields whose resolved value depends on other fields are stored under a ``*_config``

@@ -32,6 +32,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter,
                       ValidationInfo, field_validator, model_validator)
 
 from npusim.core.errors import TraceError
+from npusim.core.registry import NumbersNotBooleans
 from npusim.core.units import PS_PER_S
 from npusim.workload.traces import (MAX_ARRIVAL_PS, Request, RequestTrace, read_trace,
                                      resolve_trace_path)
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-class _Spec(BaseModel):
+class _Spec(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

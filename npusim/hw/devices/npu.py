@@ -18,10 +18,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from npusim.core.errors import MappingError
-from npusim.core.registry import PartConfig, register
+from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.hw.base import AccessPattern
 from npusim.hw.compute.systolic import SystolicArray, SystolicConfig
@@ -34,7 +34,7 @@ from npusim.hw.memory.sram import Sram, SramConfig
 from npusim.mapping.taskgraph import TransferTask
 
 
-class DmaConfig(BaseModel):
+class DmaConfig(NumbersNotBooleans):
     """Per-core DMA engine."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -47,7 +47,7 @@ class DmaConfig(BaseModel):
         8, ge=1, description="Burst groups the DMA keeps in flight at once (assumption: 8).")
 
 
-class NpuCoreConfig(BaseModel):
+class NpuCoreConfig(NumbersNotBooleans):
     """One NPU core: compute engines, scratchpad and DMA."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,7 +58,7 @@ class NpuCoreConfig(BaseModel):
     dma: DmaConfig = Field(default_factory=DmaConfig, description="The core's DMA engine.")
 
 
-class HostConfig(BaseModel):
+class HostConfig(NumbersNotBooleans):
     """The host behind the chip: its memory and the link to it (KV swap target)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
