@@ -73,12 +73,16 @@ class ServingDriver:
         done_count = 0
         last_ps = 0
         scheduled_wake: dict[int, int] = {}
-        prefill_role = "prefill" if any(r.role == "prefill" for r in reps) else "fused"
         capacity = {r.index: r.kv_capacity_tokens for r in reps}
         reserve_max = self.config.kv_reservation == "max_length"
 
-        def kv_need(state: RequestState) -> int:
-            return state.max_tokens if reserve_max else state.prompt_target
+        def reserves_max(replica: Replica) -> bool:
+            # A prefill replica only ever holds a prompt's KV (it hands the request over
+            # after its first token), so it never reserves room for the output.
+            return reserve_max and replica.role != "prefill"
+
+        def kv_need(state: RequestState, replica: Replica) -> int:
+            return state.max_tokens if reserves_max(replica) else state.prompt_target
 
         def views(replica: Replica, now: int) -> SchedulerView:
             if replica.role == "decode":
@@ -94,7 +98,7 @@ class ServingDriver:
                        and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
             flying = sum(1 for s in arrived if s.in_flight and s.replica == replica.index)
             return SchedulerView(now, waiting, running, capacity[replica.index] - kv_used[replica.index],
-                                 reserve_max, in_flight[replica.index], replica.role,
+                                 reserves_max(replica), in_flight[replica.index], replica.role,
                                  len(replica.groups), flying, self.config.scheduler.fill_pipeline)
 
         def finish(state: RequestState, now: int) -> None:
@@ -118,25 +122,38 @@ class ServingDriver:
             if not entries:
                 return False
             entries, victims = self._grow_or_preempt(replica, entries, kv_used, capacity,
-                                                     reserve_max)
-            for state in victims:  # swap preemption: KV out to host memory
+                                                     reserves_max(replica))
+            for state in victims:
+                if not state.swapped:  # recompute: it prefills again, if it can
+                    reason = self._recompute_blocked(state)
+                    if reason:
+                        reject(state, reason)
+                    continue
+                # swap preemption: KV out to host memory
                 graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
                                       self.swap_host, out=True)
                 run = session.run(graph, f"swap-out {state.id} r{replica.index}", now)
                 state.ready_ps = now + run.makespan_ps  # back in only once it is out
                 swapped[replica.index].append(state)
                 heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
+            # Swapped requests come back oldest first.
+            swapped[replica.index].sort(key=lambda s: (s.request.arrival_ps, s.id))
             if not entries:
+                if victims:  # the KV they freed may let this replica (or, for a decode
+                    # replica's recompute victims, the prefill pool) run something now
+                    heapq.heappush(events, (now, next(counter), "wake", replica))
                 return False
             for entry in entries:
                 state = entry.state
                 if not state.admitted:
-                    need = kv_need(state)
+                    need = kv_need(state, replica)
                     kv_used[replica.index] += need
                     state.kv_reserved = need
                     state.admitted = True
                     state.replica = replica.index
                 state.in_flight = True
+            assert kv_used[replica.index] <= capacity[replica.index], \
+                f"replica {replica.index}: KV reserved beyond its capacity"
             segments = replica.segments(entries, self.config.kv_bucket_tokens,
                                         self.config.segment_granularity,
                                         self.config.decode_grid_points_per_octave
@@ -184,7 +201,7 @@ class ServingDriver:
             last_ps = max(last_ps, now)
             if kind == "arrive":
                 state = payload
-                reason = self._admissible(state, capacity, prefill_role)
+                reason = self._admissible(state, capacity)
                 if reason:
                     reject(state, reason)
                 else:
@@ -198,15 +215,6 @@ class ServingDriver:
             elif kind == "kv_ready":
                 state, target = payload
                 pending_decode[target.index].append(state)
-            # Decode replicas admit handed-over requests while their KV fits.
-            for replica in reps:
-                queue = pending_decode[replica.index]
-                while queue and capacity[replica.index] - kv_used[replica.index] >= queue[0].max_tokens:
-                    state = queue.pop(0)
-                    handed[replica.index] -= state.max_tokens
-                    kv_used[replica.index] += state.max_tokens
-                    state.kv_reserved = state.max_tokens
-                    state.admitted, state.replica, state.ready_ps = True, replica.index, now
             # Swapped-out requests come back, oldest first, once their KV fits again (with
             # room for the token they decode next); the swap-in is a timed transfer.
             for replica in reps:
@@ -222,10 +230,22 @@ class ServingDriver:
                     run = session.run(graph, f"swap-in {state.id} r{replica.index}", now)
                     state.ready_ps = now + run.makespan_ps
                     heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
+            # Decode replicas admit handed-over requests while their KV fits, once their
+            # swapped-out requests are back (those come first).
+            for replica in reps:
+                queue = pending_decode[replica.index]
+                while (queue and not swapped[replica.index] and capacity[replica.index]
+                       - kv_used[replica.index] >= self._handover_need(queue[0])):
+                    state = queue.pop(0)
+                    need = self._handover_need(state)
+                    handed[replica.index] -= need
+                    kv_used[replica.index] += need
+                    state.kv_reserved = need
+                    state.admitted, state.replica, state.ready_ps = True, replica.index, now
             # Several events may share a timestamp: launch once they are all applied.
             if not events or events[0][0] > now:
                 try_launch(now)
-            arrived = [s for s in arrived if not s.finished]
+            arrived = [s for s in arrived if not s.finished and not s.rejected]
 
         unfinished = [s for s in states if not s.finished and not s.rejected]
         for state in unfinished:  # nothing left to run them: say why instead of hiding them
@@ -244,10 +264,20 @@ class ServingDriver:
         return DriveOutcome(last_ps, len(session.segment_rows), info, metrics, {"requests": rows})
 
     # -- helpers -------------------------------------------------------------------------
-    def _admissible(self, state: RequestState, capacity: dict[int, int], role: str) -> str:
-        limit = max(capacity.values())
-        if state.max_tokens > limit:
-            return (f"needs KV for {state.max_tokens} tokens; a replica holds at most {limit}")
+    def _admissible(self, state: RequestState, capacity: dict[int, int]) -> str:
+        decode = [capacity[r.index] for r in self.replicas if r.role == "decode"]
+        if decode:  # disaggregation: the prompt must fit a prefill replica, the whole
+            # request a decode replica (else it would wait for one forever)
+            prefill = max(capacity[r.index] for r in self.replicas if r.role == "prefill")
+            if state.request.prompt_tokens > prefill:
+                return (f"prompt needs KV for {state.request.prompt_tokens} tokens; a "
+                        f"prefill replica holds at most {prefill}")
+            if state.max_tokens > max(decode):
+                return (f"needs KV for {state.max_tokens} tokens; a decode replica holds "
+                        f"at most {max(decode)}")
+        elif state.max_tokens > max(capacity.values()):
+            return (f"needs KV for {state.max_tokens} tokens; a replica holds at most "
+                    f"{max(capacity.values())}")
         if self.config.scheduler.kind != "chunked_prefill" and \
                 state.request.prompt_tokens > self.config.scheduler.max_batch_tokens:
             return (f"prompt of {state.request.prompt_tokens} tokens exceeds "
@@ -258,8 +288,10 @@ class ServingDriver:
     def _grow_or_preempt(self, replica: Replica, entries: list[Entry], kv_used, capacity,
                          reserve_max: bool) -> tuple[list[Entry], list[RequestState]]:
         """Incremental KV: each decode needs one more token; preempt the newest decodes
-        until the rest fit.  Returns the entries kept and the requests to swap out
-        (``preemption: swap``; with ``recompute`` their KV is simply dropped)."""
+        of the micro-batch until the rest fit.  Returns the entries kept and the
+        preempted requests (``swapped`` set with ``preemption: swap``; with ``recompute``
+        their KV is dropped and they prefill again, on a prefill replica when this one
+        only decodes)."""
         if reserve_max:
             return entries, []
         growth = sum(1 for e in entries if e.state.prefill_done)
@@ -273,7 +305,7 @@ class ServingDriver:
         decoding = [e for e in entries if e.state.prefill_done]
         victims = sorted(decoding, key=lambda e: e.state.request.arrival_ps, reverse=True)
         kept = list(entries)
-        swap_out: list[RequestState] = []
+        preempted: list[RequestState] = []
         for victim in victims:
             if growth <= free:
                 break
@@ -286,17 +318,35 @@ class ServingDriver:
             if self.swap_host is not None:  # its KV survives on the host
                 state.swapped = True
                 state.swapped_out += 1
-                swap_out.append(state)
             else:                            # its KV is gone: prefill everything again
                 state.kv_tokens = state.prefilled = 0
                 state.recompute_tokens = state.generated
+                if replica.role == "decode":  # the prefill pool does that
+                    state.replica = None
+            preempted.append(state)
             state.preempted += 1
             state.admitted = False
         for entry in kept:
             if entry.state.prefill_done:
                 entry.state.kv_reserved += 1
                 kv_used[replica.index] += 1
-        return kept, swap_out
+        return kept, preempted
+
+    def _recompute_blocked(self, state: RequestState) -> str:
+        """Why a recompute-preempted request can never prefill again ('' if it can): a
+        scheduler that runs whole prompts only takes up to max_batch_tokens of them."""
+        scheduler = self.config.scheduler
+        if scheduler.kind != "chunked_prefill" and state.prompt_target > scheduler.max_batch_tokens:
+            return (f"preempted after {state.generated} tokens (preemption: recompute); "
+                    f"prompt + generated = {state.prompt_target} tokens exceeds "
+                    f"scheduler.max_batch_tokens={scheduler.max_batch_tokens} and this "
+                    "scheduler does not chunk prompts (use chunked_prefill or swap)")
+        return ""
+
+    def _handover_need(self, state: RequestState) -> int:
+        """KV a decode replica reserves when it takes a request over: all of it under
+        max_length, else what arrived (each decode step then reserves one more)."""
+        return state.max_tokens if self.config.kv_reservation == "max_length" else state.kv_tokens
 
     def _complete(self, entry: Entry, replica: Replica, now: int, kv_used, capacity, handed,
                   finish, session, events, counter) -> None:
@@ -321,7 +371,7 @@ class ServingDriver:
             targets = [r for r in self.replicas if r.role == "decode"]
             target = max(targets, key=lambda r: (capacity[r.index] - kv_used[r.index]
                                                  - handed[r.index], -r.index))
-            handed[target.index] += state.max_tokens
+            handed[target.index] += self._handover_need(state)
             graph = kv_transfer_graph(replica, target, state.kv_tokens, self.kv_bytes_per_token_layer)
             run = session.run(graph, f"kv {state.id} r{replica.index}->r{target.index}", now)
             kv_used[replica.index] -= state.kv_reserved

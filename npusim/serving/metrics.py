@@ -45,14 +45,22 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
 
 def summarise(states: list[RequestState], driver, session, makespan_ps: int
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``(rows, metrics)`` for a finished serving run."""
+    """``(rows, metrics)`` for a finished serving run.
+
+    Rates (tokens/s, requests/s, goodput) and utilisation are per second of the serving
+    window, from the first arrival to ``makespan_ps`` (the last event), so a trace whose
+    timestamps start late is not diluted by the idle time before it.  SLO attainment is
+    the share of *all* requests that finished within both thresholds: a rejected request
+    misses the SLO."""
     rows = request_rows(states)
     done = [s for s in states if s.finished]
     ms = 1e-9  # ps -> ms
     ttft = [(s.first_token_ps - s.request.arrival_ps) * ms for s in done]
     e2e = [(s.finish_ps - s.request.arrival_ps) * ms for s in done]
     tbt = [float(g) * ms for s in done for g in np.diff(s.token_times_ps)]
-    seconds = makespan_ps / 1e12 if makespan_ps else 0.0
+    start_ps = min((s.request.arrival_ps for s in states), default=0)
+    window_ps = max(0, makespan_ps - start_ps)
+    seconds = window_ps / 1e12
     tokens = sum(s.generated for s in done)
     slo = driver.config.slo
     good = [s for s in done
@@ -66,7 +74,7 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0
     metrics["throughput_requests_per_s"] = len(done) / seconds if seconds else 0.0
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0
-    metrics["slo_attainment"] = len(good) / len(done) if done else 0.0
+    metrics["slo_attainment"] = len(good) / len(states) if states else 0.0
     metrics["preemptions"] = sum(s.preempted for s in states)
     metrics["swap_outs"] = sum(s.swapped_out for s in states)
     metrics["prefill_tokens_recomputed"] = sum(s.chunk_recomputed for s in states)
@@ -80,6 +88,6 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     for replica in driver.replicas:
         busy = sum(totals.get(f"core{c}.sa", {}).get("busy_ps", 0) for c in replica.cores)
         key = f"{replica.role}{replica.index}"
-        util[key] = busy / (len(replica.cores) * makespan_ps) if makespan_ps else 0.0
+        util[key] = busy / (len(replica.cores) * window_ps) if window_ps else 0.0
     metrics["sa_utilisation_by_replica"] = util
     return rows, metrics

@@ -37,10 +37,12 @@ def _number_fields(model: type[BaseModel]) -> list[str]:
 
 
 def _models() -> list[type[BaseModel]]:
-    import npusim.config.schema  # noqa: F401  (RunConfig)
-    import npusim.validation.cases  # noqa: F401  (RunSpec, Case)
-    import npusim.workload.trace_generators  # noqa: F401  (generated-trace spec)
+    import importlib
 
+    # modules whose config models the part registry does not import
+    for module in ("npusim.config.schema", "npusim.validation.cases",
+                   "npusim.workload.trace_generators"):
+        importlib.import_module(module)
     registry.discover()
     return sorted({m for m in _subclasses(NumbersNotBooleans) if _number_fields(m)},
                   key=lambda m: f"{m.__module__}.{m.__qualname__}")

@@ -83,3 +83,17 @@ def test_fill_pipeline_spreads_decodes_over_the_stages():
     assert len(sched.schedule(v)) == 3          # ceil(10 / 4): one micro-batch per stage
     v.fill_pipeline = False
     assert len(sched.schedule(v)) == 10
+
+
+@pytest.mark.parametrize("reserve_max, admitted", [(False, []), (True, ["r100"])])
+def test_a_new_prompt_leaves_kv_for_the_decodes_of_its_own_iteration(reserve_max, admitted):
+    # Incremental KV: 4 decodes each take one more token this iteration, so a prompt that
+    # needs all of the free KV must wait (it would overflow the replica); with max-length
+    # reservation the decodes' room is already reserved.
+    sched = ChunkedPrefillScheduler(ChunkedPrefillConfig(token_budget=512, prefill_chunk=512))
+    running = [state(i, prefilled=100, generated=1) for i in range(4)]
+    need = 200
+    v = SchedulerView(0, [state(100, prompt=need, output=0 if reserve_max else 10)], running,
+                      need, reserve_max, 0, "fused")
+    batch = sched.schedule(v)
+    assert [e.state.id for e in batch if e.new_tokens > 1] == admitted

@@ -24,14 +24,16 @@ class SchedulerConfigBase(PartConfig):
 
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
-          tokens_left: int, chunk: int | None = None, recompute_prefix: bool = False
-          ) -> list[Entry]:
+          tokens_left: int, chunk: int | None = None, recompute_prefix: bool = False,
+          decodes_in_batch: int = 0) -> list[Entry]:
     """Prefill entries for ``candidates`` in arrival order while KV, batch slots and the
     token budget allow; ``chunk`` caps each request's tokens this iteration.  With
     ``recompute_prefix`` a later chunk runs the prompt tokens before it again (their KV
-    was not kept); the budget still counts only the chunk's new tokens."""
+    was not kept); the budget still counts only the chunk's new tokens.
+    ``decodes_in_batch`` decodes share the iteration: without max-length reservation
+    each takes one more KV token, so that much less is left for new prompts."""
     entries: list[Entry] = []
-    kv_free = view.kv_free_tokens
+    kv_free = view.kv_free_tokens - (0 if view.reserve_max_length else decodes_in_batch)
     for state in candidates:
         if slots <= 0 or tokens_left <= 0:
             break

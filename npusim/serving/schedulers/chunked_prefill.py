@@ -47,5 +47,6 @@ class ChunkedPrefillScheduler:
         slots = cfg.max_batch_size - len(entries)
         if budget > 0 and slots > 0:
             entries += admit(view, view.waiting, slots, budget, chunk=cfg.prefill_chunk,
-                             recompute_prefix=cfg.chunk_kv == "recompute")
+                             recompute_prefix=cfg.chunk_kv == "recompute",
+                             decodes_in_batch=len(entries))
         return entries
