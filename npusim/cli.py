@@ -138,6 +138,12 @@ def run(
                                       f"workload has no {field} field (the option applies to "
                                       "LLM workloads, kind: llm; a serving workload takes its "
                                       "requests from workload.trace)") from None
+                if path == "workload.trace" and trace_path and message.startswith("unknown key"):
+                    raise NpusimError(f"{scenario}: --trace: this scenario's workload has no "
+                                      "trace (the option applies to serving workloads, kind: "
+                                      "serving)") from None
+                if path == "run.mode" and mode:
+                    raise NpusimError(f"{scenario}: --mode: {message}") from None
             raise
         out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run
         try:

@@ -94,7 +94,7 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
     try:
         value = parse_yaml(raw_value) if raw_value.strip() else ""
     except yaml.constructor.ConstructorError as exc:  # e.g. a key given twice
-        raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {raw_value!r})")]) from None
+        raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {_describe_input(raw_value)})")]) from None
     except yaml.YAMLError:
         value = raw_value  # not YAML: the text itself (a path, a name)
     return parts, value
@@ -229,7 +229,8 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             # "Input should be 'fusion' or 'disaggregation'") is still shown.
             said = (f"got {shown!r}" in message or f"got {shown}" in message
                     or (isinstance(shown, str) and len(shown) > 3
-                        and (repr(shown) in message or f'"{shown}"' in message)))
+                        and (repr(shown) in message or f'"{shown}"' in message
+                             or message.startswith(f"{shown}:"))))  # a file's own error
             if not said:  # the message does not quote the value already
                 message += f" (got {_describe_input(shown)})"
         problems.append((path, message))

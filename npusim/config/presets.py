@@ -58,10 +58,33 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        # Python refuses to convert integer text of more than 4300 digits (a ValueError
+        # deep in PyYAML); no parameter needs more than a few dozen.
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INTEGER_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {digits} digits; expected at most "
+                f"{MAX_INTEGER_DIGITS}", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+
+#: Longest integer text a config, trace or model file may hold (Python's own limit for
+#: converting text to int is 4300 digits).
+MAX_INTEGER_DIGITS = 1000
+
 
 def parse_yaml(text: str) -> Any:
-    """``yaml.safe_load`` that rejects duplicate keys."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """``yaml.safe_load`` that rejects duplicate keys, over-long integers and nesting
+    deeper than Python can recurse (each a YAML error, not a crash)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.constructor.ConstructorError(
+            None, None, "lists or mappings nested too deeply; expected at most a few "
+            "hundred levels") from None
 
 
 def read_yaml(path: Path) -> Any:
@@ -71,6 +94,8 @@ def read_yaml(path: Path) -> Any:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), [("", "file not found")]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(path), [("", "is a directory; expected a YAML file")]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [("", f"not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} "
                                            f"at offset {exc.start}); expected a YAML file")]) from None

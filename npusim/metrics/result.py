@@ -91,7 +91,10 @@ class Result:
 
     def write(self, out_dir: str | Path) -> Path:
         """Write metrics.json, ops.csv, segments.csv, units.csv, trace.json,
-        config.resolved.yaml and host.json into ``out_dir``.
+        config.resolved.yaml and host.json into ``out_dir``, plus one CSV per extra
+        table (``requests.csv`` for serving runs).  An extra table an earlier run left
+        there and this run does not have is removed, so ``plot`` cannot mistake it
+        for this run's.
 
         The files are written into a staging directory beside ``out_dir`` first and
         moved in only when all of them exist, so a failure (a disk full, a directory
@@ -123,7 +126,25 @@ class Result:
                 (staging / "host.json").write_text(json.dumps(self.host, indent=2, sort_keys=True) + "\n")
                 for name in names:
                     os.replace(staging / name, out / name)
+            _remove_stale_tables(out, keep=self.tables)
         except OSError as exc:
             raise OutputError(f"{out}: cannot write the results ({exc.strerror or exc}: "
                               f"{exc.filename or ''})") from None
         return out
+
+
+#: Extra tables a run may write, with the header npusim gives each: a file of that name
+#: is removed from a reused output directory only if it is npusim's own (a user's file
+#: that happens to share the name stays).
+_EXTRA_TABLE_HEADERS = {"requests": "request_id,arrival_ps,prompt_tokens,output_tokens,status"}
+
+
+def _remove_stale_tables(out: Path, keep: dict[str, Any]) -> None:
+    for name, header in _EXTRA_TABLE_HEADERS.items():
+        path = out / f"{name}.csv"
+        if name in keep or not path.is_file() or path.is_symlink():
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            first = handle.readline()
+        if first.startswith(header):
+            path.unlink()

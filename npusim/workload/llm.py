@@ -77,6 +77,10 @@ class ModelMappingChecks(BaseModel):
     def _model_exists(cls, value: str) -> str:
         from npusim.workload.models import load_model
 
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("empty; expected a shipped model name (e.g. qwen3_4b) or a "
+                             "path to a config.json")
+
         try:
             load_model(value)
         except NpusimError as exc:

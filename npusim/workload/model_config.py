@@ -416,8 +416,12 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
                                                        f"{', '.join(known) or 'none'}")])
         path = shipped
     source = str(path)
+    if not str(name_or_path).strip():
+        raise ConfigError("model", [("", "empty name; expected a shipped model name "
+                                         "(e.g. qwen3_4b) or a path to a config.json")])
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: editors on Windows write a byte-order mark, as trace files may have
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(source, [("", "file not found")]) from None
     except UnicodeDecodeError as exc:
@@ -433,5 +437,11 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
     except json.JSONDecodeError as exc:
         raise ConfigError(source, [(f"line {exc.lineno}, column {exc.colno}",
                                     f"JSON syntax error: {exc.msg}")]) from None
+    except RecursionError:
+        raise ConfigError(source, [("", "objects or arrays nested too deeply; expected a "
+                                        "flat config.json")]) from None
+    except ValueError:  # only an integer past Python's 4300-digit conversion limit
+        raise ConfigError(source, [("", "an integer of more than 4300 digits; expected "
+                                        "model dimensions of at most a few dozen digits")]) from None
     stem = path.parent.name if path.name == "config.json" else path.stem
     return parse_model(data, source, name=stem)

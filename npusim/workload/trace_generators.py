@@ -34,8 +34,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter,
 from npusim.core.errors import TraceError
 from npusim.core.registry import NumbersNotBooleans
 from npusim.core.units import PS_PER_S
-from npusim.workload.traces import (MAX_ARRIVAL_PS, Request, RequestTrace, read_trace,
-                                     resolve_trace_path)
+from npusim.workload.traces import (MAX_ARRIVAL_PS, MAX_REQUEST_TOKENS, Request, RequestTrace,
+                                     read_trace, resolve_trace_path)
 
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
@@ -153,12 +153,12 @@ class FixedLength(_Spec):
     """Every request has the same length."""
 
     kind: Literal["fixed"] = Field("fixed", description="Constant length.")
-    tokens: int = Field(ge=1, description="Length in tokens.")
+    tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Length in tokens.")
 
 
 class _Bounded(_Spec):
-    low: int = Field(ge=1, description="Smallest length in tokens (inclusive).")
-    high: int = Field(ge=1, description="Largest length in tokens (inclusive).")
+    low: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Smallest length in tokens (inclusive).")
+    high: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Largest length in tokens (inclusive).")
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -192,16 +192,18 @@ class NormalLength(_Bounded):
     """Normal lengths rounded to integers and clipped to ``[low, high]``."""
 
     kind: Literal["normal"] = Field("normal", description="Clipped normal lengths.")
-    mean: float = Field(gt=0, allow_inf_nan=False, description="Mean length in tokens (before clipping).")
-    std: float = Field(ge=0, allow_inf_nan=False, description="Standard deviation in tokens.")
+    mean: float = Field(gt=0, le=MAX_REQUEST_TOKENS, allow_inf_nan=False,
+                        description="Mean length in tokens (before clipping).")
+    std: float = Field(ge=0, le=MAX_REQUEST_TOKENS, allow_inf_nan=False,
+                       description="Standard deviation in tokens.")
 
 
 class EmpiricalLength(_Spec):
     """Lengths resampled (with replacement) from given values or from a trace file."""
 
     kind: Literal["empirical"] = Field("empirical", description="Resample observed lengths.")
-    values: list[int] | None = Field(None, description="Observed lengths in tokens to "
-                                                       "resample. Give this or file.")
+    values: list[Annotated[int, Field(ge=1, le=MAX_REQUEST_TOKENS)]] | None = Field(
+        None, description="Observed lengths in tokens to resample. Give this or file.")
     file: str | None = Field(None, description="A trace file (any format read_trace "
                                                "reads) whose lengths are resampled. "
                                                "Give this or values.")

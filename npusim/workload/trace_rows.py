@@ -73,6 +73,13 @@ def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
                                  f"{exc.colno}); expected one JSON object per line") from None
+            except RecursionError:
+                raise TraceError(f"{source}:{number}: JSON nested too deeply; expected one "
+                                 "flat JSON object per line") from None
+            except ValueError:  # only an integer past Python's 4300-digit conversion limit
+                raise TraceError(f"{source}:{number}: an integer of more than 4300 digits; "
+                                 "expected token counts and times of at most a few dozen "
+                                 "digits") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
                                  "expected one JSON object per line")
@@ -89,7 +96,8 @@ def _missing(loc: str, column: str, what: str) -> TraceError:
     return TraceError(f"{loc}: column {column!r}: value is missing; expected {what}")
 
 
-def integer_cell(row: Row, column: str, loc: str, low: int | None, what: str) -> int:
+def integer_cell(row: Row, column: str, loc: str, low: int | None, what: str,
+                 high: int | None = None) -> int:
     """An integer cell; integral floats (``12.0``, as pandas writes them) are accepted."""
     raw = row.values.get(column)
     if not present(raw):
@@ -108,9 +116,14 @@ def integer_cell(row: Row, column: str, loc: str, low: int | None, what: str) ->
             number = None
         if number is not None and number.is_finite() and number == number.to_integral_value():
             value = int(number)
-    if value is None or (low is not None and value < low):
-        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+    if value is None or (low is not None and value < low) or (high is not None and value > high):
+        raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
     return value
+
+
+def _clip(raw: Any) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def seconds_cell(row: Row, column: str, loc: str) -> int:

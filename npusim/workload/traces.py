@@ -27,13 +27,16 @@ from npusim.workload.trace_rows import (Row, csv_rows, integer_cell, jsonl_rows,
                                         seconds_cell, timestamp_cell)
 
 __all__ = ["Request", "RequestTrace", "read_trace", "resolve_trace_path", "FORMATS",
-           "MAX_ARRIVAL_PS"]
+           "MAX_ARRIVAL_PS", "MAX_REQUEST_TOKENS"]
 
 #: Formats :func:`read_trace` understands (``auto`` picks one from the file).
 FORMATS = ("auto", "csv", "jsonl", "azure")
 
 #: Arrival times must fit a signed 64-bit integer (pandas/numpy columns); ~106 days.
 MAX_ARRIVAL_PS = 2**63 - 1
+#: Most tokens a request's prompt or output may have: far past any model's context,
+#: and small enough that sums over a trace stay exact in 64-bit integers.
+MAX_REQUEST_TOKENS = 2**31 - 1
 
 #: Column names of npusim's own CSV/JSONL format, in the order the writers emit them.
 COLUMNS = ("id", "arrival_ps", "prompt_tokens", "output_tokens", "priority")
@@ -234,6 +237,9 @@ def _check_invariants(requests: tuple[Request, ...], source: str) -> None:
             value = getattr(r, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise TraceError(f"{where}: {name}: got {value!r}; expected an integer >= {low}")
+            if name != "arrival_ps" and value > MAX_REQUEST_TOKENS:
+                raise TraceError(f"{where}: {name}: got {value}; expected at most "
+                                 f"{MAX_REQUEST_TOKENS} tokens")
         if r.arrival_ps > MAX_ARRIVAL_PS:
             raise TraceError(f"{where}: arrival_ps: got {r.arrival_ps}; expected <= {MAX_ARRIVAL_PS}")
         if isinstance(r.priority, bool) or not isinstance(r.priority, int):
@@ -371,9 +377,13 @@ def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str
             raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
                              f"{row.values.get(_time_column(columns))!r}; expected at most "
                              f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s after the first request")
-        prompt = integer_cell(row, columns["prompt_tokens"], loc, low=1, what="an integer >= 1 (tokens)")
+        prompt = integer_cell(row, columns["prompt_tokens"], loc, low=1,
+                              what=f"an integer from 1 to {MAX_REQUEST_TOKENS} (tokens)",
+                              high=MAX_REQUEST_TOKENS)
         output = integer_cell(row, columns["output_tokens"], loc, low=1,
-                          what="an integer >= 1 (tokens; a request generates at least one token)")
+                              what=f"an integer from 1 to {MAX_REQUEST_TOKENS} (tokens; a "
+                                   "request generates at least one token)",
+                              high=MAX_REQUEST_TOKENS)
         priority = (integer_cell(row, "priority", loc, low=None, what="an integer")
                     if "priority" in columns and present(row.values.get("priority")) else 0)
         if "id" in columns and present(row.values.get("id")):

@@ -70,9 +70,12 @@ class NocConfig(PartConfig):
         "mesh", description="Router graph: 'mesh' (2D, XY routing), 'ring' (wrap-around, "
                             "shortest direction) or 'linear' (a line). Ring and linear "
                             "connect nodes 0..N-1 in index order.")
-    width: int = Field(8, ge=1, description="Nodes per row (mesh X size); node i sits at "
-                                            "x = i % width, y = i // width.")
-    height: int = Field(8, ge=1, description="Number of rows (mesh Y size).")
+    # At most 256 x 256 (65,536 nodes): the router graph is built eagerly, and a
+    # 1000 x 1000 mesh would take gigabytes before the run starts.
+    width: int = Field(8, ge=1, le=256, description="Nodes per row (mesh X size, at most "
+                                                    "256); node i sits at x = i % width, "
+                                                    "y = i // width.")
+    height: int = Field(8, ge=1, le=256, description="Number of rows (mesh Y size, at most 256).")
     freq_hz: FreqHz = Field(500_000_000, description="Router clock, e.g. '500MHz' (NpuSim "
                                                      "Table 3 core frequency).")
     flit_bytes: Bytes | None = Field(
