@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import numbers
 import operator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from npusim.core.errors import NpusimError
 
@@ -16,6 +17,15 @@ if TYPE_CHECKING:
 
 #: Most time bins a utilisation timeline may have (each unit gets a row of this many).
 MAX_BINS = 100_000
+
+#: Time columns of the tables ``npusim run --out`` writes, checked when such a file is
+#: read: column -> whether every row must have a value (rejected requests never finish).
+OPS_TIMES = {"start_ps": True, "end_ps": True, "duration_ps": True}
+REQUEST_TIMES = {"arrival_ps": True, "first_token_ps": False, "finish_ps": False,
+                 "ttft_ps": False, "e2e_ps": False, "mean_tbt_ps": False}
+#: Times are int64 picoseconds in npusim; larger magnitudes (or inf) are damage.
+_TIME_LIMIT = 2 ** 63
+_TIME_EXPECTED = "expected a time in picoseconds (a finite number of magnitude below 2^63)"
 
 
 class AnalysisError(NpusimError):
@@ -39,10 +49,31 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
             and not store.parts.is_dir():
         raise AnalysisError(f"{root}: not a sweep output directory (no manifest.json, "
                             "results.parquet or parts/); run `npusim sweep SPEC --out DIR` first")
+    _check_point_indices(store)
     frame = store.read()
     if status is not None:
         frame = frame[frame["status"] == status].reset_index(drop=True)
     return frame
+
+
+def _check_point_indices(store: Any) -> None:
+    """Point numbers in the manifest are 0 to MAX_POINTS - 1 (the runner numbers a spec's
+    points from 0); a hand-edited 10**30 would overflow the int64 ``point`` column."""
+    from npusim.sweep.axes import MAX_POINTS
+    from npusim.sweep.store import MANIFEST_FILE, StoreError
+
+    manifest = store.manifest()  # StoreError for one that is not a manifest at all
+    for i, point in enumerate((manifest or {}).get("points", [])):
+        if not 0 <= point["index"] < MAX_POINTS:
+            raise StoreError(f"{store.root / MANIFEST_FILE}: points[{i}].index: expected a "
+                             f"point number from 0 to {MAX_POINTS - 1:,}, got {point['index']}; "
+                             "re-run the sweep (npusim sweep SPEC --out DIR) to rewrite it")
+
+
+def _origin(frame: Any) -> str:
+    """``"FILE: "`` for a table read from a file (messages name it), else ``""``."""
+    source = getattr(frame, "attrs", {}).get("source")
+    return f"{source}: " if source else ""
 
 
 def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: str = "table") -> None:
@@ -57,7 +88,7 @@ def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: 
             known = [str(c) for c in frame.columns]
             close = difflib.get_close_matches(str(column), known, n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise AnalysisError(f"no column {column!r} in the {what}{hint}")
+            raise AnalysisError(f"{_origin(frame)}no column {column!r} in the {what}{hint}")
 
 
 def _is_numeric(series: "pd.Series") -> bool:
@@ -89,8 +120,9 @@ def require_numeric(frame: "pd.DataFrame", columns: Iterable[str | None],
         more = f", ... ({len(numeric)} in all)" if len(numeric) > len(shown) else ""
         listing = f"numeric columns: {', '.join(shown)}{more}" if numeric else \
             f"the {what} has no numeric column"
-        owner = "" if what == "table" else f" of the {what}"
-        raise AnalysisError(f"column {column!r}{owner} is not numeric (values like "
+        origin = _origin(frame)  # a table read from a file: the file says which table
+        owner = "" if what == "table" or origin else f" of the {what}"
+        raise AnalysisError(f"{origin}column {column!r}{owner} is not numeric (values like "
                             f"{sample!r}); {listing}")
 
 
@@ -133,7 +165,127 @@ def as_ops(source: Any) -> "pd.DataFrame":
     csv = path / "ops.csv" if path.is_dir() else path
     if not csv.is_file():
         raise AnalysisError(f"{path}: expected a run directory with ops.csv (npusim run --out DIR)")
-    return pd.read_csv(csv)
+    return read_table(csv, "ops table", "task", times=OPS_TIMES)
+
+
+def read_table(path: Path, what: str, row: str, required: Sequence[str] = (),
+               times: Mapping[str, bool] | None = None, other: str = "") -> "pd.DataFrame":
+    """A CSV table ``npusim run --out`` wrote (ops.csv, requests.csv), checked: readable
+    UTF-8 CSV, the ``required`` columns, and ``times`` (column -> value needed in every
+    row) finite numbers.  Any problem is an :class:`AnalysisError` naming the file and
+    the line (and column); ``other`` is advice for a file that is some other table.  The
+    frame's ``attrs["source"]`` names the file for later
+    messages (a column a plot asks for that is not there)."""
+    import pandas as pd
+
+    expected = f"expected the {what} (one line per {row}) that `npusim run --out DIR` writes"
+    try:
+        frame = pd.read_csv(path, low_memory=False)  # low_memory: no DtypeWarning on damage
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{path}: {_undecodable(path, exc)}; {expected}") from None
+    except pd.errors.EmptyDataError:
+        raise AnalysisError(f"{path}: the file is empty; {expected}, starting with a header "
+                            "line of column names") from None
+    except ValueError as exc:  # pandas' ParserError: "Expected 12 fields in line 5, saw 13"
+        gist = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        gist = gist.removeprefix("Error tokenizing data. C error: ")
+        raise AnalysisError(f"{path}: not a readable CSV table ({gist}); {expected}") from None
+    except OSError as exc:
+        raise AnalysisError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    frame.attrs["source"] = str(path)
+    for column in required:
+        if column not in frame.columns:
+            known = [str(c) for c in frame.columns]
+            close = difflib.get_close_matches(column, known, n=1, cutoff=0.6)
+            hint = f" (is {close[0]!r} a misspelling?)" if close else ""
+            shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+            raise AnalysisError(f"{path}: no column {column!r}{hint}; {expected}, with columns "
+                                f"{', '.join(required)}, ...; this file has: {shown}{other}")
+    return check_times(frame, times or {}, what)
+
+
+def _undecodable(path: Path, exc: UnicodeDecodeError) -> str:
+    """Where the first byte that is not UTF-8 is: ``line 3 is not UTF-8 text (byte 0xff)``."""
+    try:
+        data = path.read_bytes()
+        data.decode("utf-8")
+    except UnicodeDecodeError as found:
+        line = data.count(b"\n", 0, found.start) + 1
+        return f"line {line} is not UTF-8 text (byte 0x{data[found.start]:02x})"
+    except OSError:
+        pass
+    return f"the file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x})"
+
+
+def check_times(frame: "pd.DataFrame", times: Mapping[str, bool], what: str) -> "pd.DataFrame":
+    """``frame`` with its time columns (those of ``times`` it has) checked to be finite
+    numbers below 2^63 in magnitude, and present in every row where ``times`` says so;
+    columns of such numbers kept as text or Python objects become numeric.  The first bad
+    value is an :class:`AnalysisError` naming the file and line (a table read by
+    :func:`read_table`) or the row, and the column and the value."""
+    import numpy as np
+    import pandas as pd
+
+    for column, needed in times.items():
+        if column not in frame.columns:
+            continue
+        series = frame[column]
+        given = series.notna().to_numpy()
+        if pd.api.types.is_bool_dtype(series):
+            numbers, bad = series, given
+        elif pd.api.types.is_integer_dtype(series):  # int64 (Int64: gaps) is in range
+            numbers, bad = series, np.zeros(len(series), dtype=bool)
+        else:  # floats (inf from 1e400), text, Python ints too large for int64
+            numbers = series if pd.api.types.is_float_dtype(series) else \
+                pd.to_numeric(series.map(_number), errors="coerce")
+            with np.errstate(invalid="ignore"):
+                bad = given & ~(np.abs(numbers.to_numpy(dtype=float)) < _TIME_LIMIT)
+        if needed:
+            bad = bad | ~given
+        if bad.any():
+            position = int(np.argmax(bad))
+            raise AnalysisError(f"{_where(frame, position, column, what)}: {_TIME_EXPECTED}, "
+                                f"got {_shown(frame, position, column)}")
+        if numbers is not series:
+            frame[column] = numbers
+    return frame
+
+
+def _number(value: Any) -> Any:
+    """``value`` as a number for :func:`check_times` (NaN when it is none: text, a bool)."""
+    if isinstance(value, bool):
+        return float("nan")
+    if isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _where(frame: "pd.DataFrame", position: int, column: str, what: str) -> str:
+    label = frame.index[position]
+    if frame.attrs.get("source") and isinstance(label, numbers.Integral):
+        # read_csv numbers rows from 0, one line each after the header (as npusim writes)
+        return f"{frame.attrs['source']}: line {int(label) + 2}, column {column!r}"
+    return f"row {label!r}, column {column!r} of the {what}"
+
+
+def _shown(frame: "pd.DataFrame", position: int, column: str) -> str:
+    """The bad value as written in the file (``'1e400'``, not ``inf``) when it came from one."""
+    import pandas as pd
+
+    value = frame[column].iloc[position]
+    label = frame.index[position]
+    if frame.attrs.get("source") and isinstance(label, numbers.Integral):
+        try:  # only on this error path: the column again, as text
+            value = pd.read_csv(frame.attrs["source"], usecols=[column], dtype=str,
+                                keep_default_na=False)[column].iloc[int(label)]
+        except (OSError, ValueError, IndexError, KeyError):
+            pass
+    if value is None or value == "" or (isinstance(value, float) and value != value):
+        return "an empty cell"
+    return repr(value.item() if hasattr(value, "item") else value)
 
 
 def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | None = None,
@@ -155,6 +307,9 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     bins = count
     ops = as_ops(source)
     require_columns(ops, ("unit", "start_ps", "end_ps"), "ops table")
+    # text or inf would fail deep in numpy (int(inf), object arrays); rows without times
+    # are left out, as are empty tasks
+    ops = check_times(ops.copy(), {"start_ps": False, "end_ps": False}, "ops table")
     ops = ops[(ops["end_ps"] > ops["start_ps"]) & (ops["unit"].astype(str) != "")]
     if units is not None:
         units = [units] if isinstance(units, str) else list(units)  # one name, not its letters
@@ -192,7 +347,11 @@ def _merged(starts, ends) -> list[tuple[int, int]]:
 
 
 def request_table(source: Any) -> "pd.DataFrame | None":
-    """The per-request table of a Result or a run directory (requests.csv), if any."""
+    """The per-request table of a Result or a run directory (requests.csv), if any.
+
+    A run directory's requests.csv that is there but is not that table (empty, not
+    UTF-8, no ``arrival_ps``/``finish_ps`` column, a time that is not a number) is an
+    :class:`AnalysisError` naming it, never silently replaced by the ops table."""
     import pandas as pd
 
     tables = getattr(source, "tables", None)
@@ -200,8 +359,11 @@ def request_table(source: Any) -> "pd.DataFrame | None":
         return source.table("requests") if "requests" in tables else None
     if isinstance(getattr(source, "requests", None), pd.DataFrame):  # duck-typed results
         return source.requests
-    if isinstance(source, (str, Path)) and (Path(source) / "requests.csv").is_file():
-        return pd.read_csv(Path(source) / "requests.csv")
+    if isinstance(source, (str, Path)) and (Path(source) / "requests.csv").exists():
+        return read_table(Path(source) / "requests.csv", "per-request table", "request",
+                          required=("arrival_ps", "finish_ps"), times=REQUEST_TIMES,
+                          other=" (if it is a file of your own, move it away to plot the "
+                                "task durations of ops.csv)")
     if isinstance(source, pd.DataFrame) and {"arrival_ps", "finish_ps"} <= set(source.columns):
         return source  # a per-request table itself (e.g. one group of it)
     return None
@@ -236,16 +398,21 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
     import pandas as pd
 
     requests = request_table(source)
-    if requests is not None and not requests.empty:
+    if requests is not None and len(requests.columns) == 0:  # a Result with no requests
+        return pd.Series(dtype=float), column or "e2e_ps"
+    if requests is not None:  # even when empty: its samples, not the ops table's
         names = ("e2e_ps", "e2e_latency_ps", "latency_ps")
         if column is None and not set(names) & set(requests) \
                 and {"arrival_ps", "finish_ps"} <= set(requests):
             return (requests["finish_ps"] - requests["arrival_ps"]).dropna(), "e2e_ps"
         name = column or next((c for c in names if c in requests), None)
-        if name is not None:
-            require_columns(requests, (name,), "per-request table")
-            require_numeric(requests, (name,), "per-request table")
-            return requests[name].dropna(), name
+        if name is None:
+            raise AnalysisError(f"{_origin(requests)}the per-request table has no latency "
+                                f"column ({', '.join(names)}, or arrival_ps and finish_ps); "
+                                "name the column to plot")
+        require_columns(requests, (name,), "per-request table")
+        require_numeric(requests, (name,), "per-request table")
+        return requests[name].dropna(), name
     if isinstance(source, pd.DataFrame) and column is not None:
         require_columns(source, (column,))
         values = source[column].dropna()

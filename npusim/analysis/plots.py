@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 _TIME_UNITS = ((1e12, "s"), (1e9, "ms"), (1e6, "us"), (1e3, "ns"), (1, "ps"))
+#: The figure formats save_figure writes, chosen by the file's suffix.
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def _axes(ax: "Axes | None", figsize: tuple[float, float] = (6.0, 4.0)) -> "Axes":
@@ -176,12 +178,16 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
     import pandas as pd
 
     if by is not None:
+        what = "table"
         if not isinstance(source, pd.DataFrame):
             from npusim.analysis.frames import as_ops, request_table
 
-            requests = request_table(source)  # group requests by a request column (status)
-            source = requests if requests is not None and by in requests else as_ops(source)
-        require_columns(source, (by,))
+            # The table whose samples are plotted: a run's requests when it has them
+            # (group by status), else its ops (group by type); `by` must be its column.
+            requests = request_table(source)
+            source, what = (requests, "per-request table") if requests is not None else \
+                (as_ops(source), "ops table")
+        require_columns(source, (by,), what)
         groups = [(value, group) for value, group in source.groupby(by, sort=True)]
     else:
         groups = [(None, source)]
@@ -225,18 +231,26 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
 
 
 def check_figure_path(path: str | Path, option: str | None = None) -> Path:
-    """``path`` as a figure file that can be written, checked before drawing: a known
-    suffix (:class:`AnalysisError`), not a directory, under directories, writable
-    (:class:`~npusim.core.errors.OutputError`).  ``option`` (``--out``) prefixes the
-    message."""
+    """``path`` as a figure file that can be written, checked before drawing: not a
+    directory, a file name with a known suffix (:class:`AnalysisError`), under
+    directories, writable (:class:`~npusim.core.errors.OutputError`).  ``option``
+    (``--out``) prefixes the message."""
     path = Path(path)
     where = f"{option} {path}" if option else str(path)
-    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+    suffix = path.suffix.lower()
+    if path.is_dir():  # before the suffix: a directory has none, or a misleading one
+        example = path / ("plot" + (suffix if suffix in FIGURE_SUFFIXES else ".png"))
+        raise OutputError(f"{where}: is a directory; expected a figure file name ending in "
+                          f".png, .svg or .pdf, e.g. {example}")
+    if not suffix and path.name.lower() in FIGURE_SUFFIXES:  # '.png' is a name, not a suffix
+        raise AnalysisError(f"{where}: no file name before {path.name!r}; expected a figure "
+                            f"file name such as {path.with_name('plot' + path.name)}")
+    if not suffix:
+        raise AnalysisError(f"{where}: no file suffix; expected a figure file name ending in "
+                            f".png, .svg or .pdf, e.g. {path.with_name(path.name + '.png')}")
+    if suffix not in FIGURE_SUFFIXES:
         raise AnalysisError(f"{where}: unsupported figure format {path.suffix!r}; "
                             "use .png, .svg or .pdf")
-    if path.is_dir():
-        raise OutputError(f"{where}: is a directory; expected a figure file name, e.g. "
-                          f"{path / ('plot' + path.suffix)}")
     ancestor = next((p for p in (path, *path.parents) if p.exists()), Path("."))
     if ancestor != path and not ancestor.is_dir():
         raise OutputError(f"{where}: {ancestor} is a file, not a directory; expected a path "
