@@ -29,9 +29,11 @@ def sweep(
                                        "(default out/sweeps/<name>); re-running resumes."),
     executor: str = typer.Option("local", "--executor", help="local (processes), dask, or serial."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes "
-                                          "(default: number of CPUs)."),
+                                          "(default: number of CPUs; never more than the "
+                                          "points to run; at most 4 per CPU)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address "
-                                            "(default: a LocalCluster on loopback)."),
+                                            "tcp://HOST:PORT (default: a LocalCluster on "
+                                            "loopback)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed points again."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -39,7 +41,7 @@ def sweep(
 
     Exits 1 if a point failed (in this run or stored by an earlier one) or was lost,
     after every result is written; 2 on a user error before any point runs."""
-    from npusim.sweep.runner import EXECUTORS, SweepSummary, run_sweep
+    from npusim.sweep.runner import EXECUTORS, SweepSummary, check_options, run_sweep
     from npusim.sweep.spec import load_spec
     from npusim.sweep.store import ResultStore
 
@@ -47,8 +49,9 @@ def sweep(
         if executor not in EXECUTORS:
             raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
                               f"{', '.join(EXECUTORS)}")
-        if scheduler and executor != "dask":
+        if scheduler is not None and executor != "dask":  # '' too: never ignored silently
             raise NpusimError("--scheduler needs --executor dask")
+        check_options(executor, workers, scheduler)  # before the spec is read and resolved
         parsed = load_spec(spec)
         out_dir = (option_path(out, "--out", "a directory for the sweep results")
                    or Path("out") / "sweeps" / parsed.name)
@@ -132,10 +135,8 @@ def plot(
             ops = as_ops(source)
             if kind == "timeline":
                 figure = analysis.plot_utilisation_timeline(ops, bins=bins)
-            elif (source / "requests.csv").is_file() and hue is None:
-                figure = analysis.plot_latency_cdf(source, column=value)  # per request
-            else:
-                figure = analysis.plot_latency_cdf(ops, column=value, by=hue)
+            else:  # per request when the run has requests.csv, else per task
+                figure = analysis.plot_latency_cdf(source, column=value, by=hue)
         else:
             frame = analysis.load_sweep(source)
             if kind == "line":

@@ -21,6 +21,9 @@ from typing import Any, Mapping
 
 import yaml
 
+from npusim.core.units import parse_bytes
+from npusim.sweep.store import INT64_MAX, INT64_MIN
+
 __all__ = ["Axis", "AXIS_KINDS", "MAX_POINTS", "PATH", "check_name", "parse_axes"]
 
 AXIS_KINDS = ("grid", "zip", "random")
@@ -143,8 +146,10 @@ def _parse_random(body: Any, where: str, bad) -> Axis | None:
         if key not in ("seed", "samples", "params"):
             bad(f"{where}.{key}", "unknown key; expected seed, samples, params")
     seed, samples, params = body.get("seed", 0), body.get("samples"), body.get("params")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        bad(f"{where}.seed", f"expected an integer seed, got {seed!r}")
+    # random.Random(-1) is random.Random(1): a negative seed would silently repeat another
+    # seed's points, so only 0, 1, 2, ... are seeds.
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        bad(f"{where}.seed", f"expected a non-negative integer seed, got {seed!r}")
         return None
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         bad(f"{where}.samples", f"expected a positive number of samples, got {samples!r}")
@@ -177,6 +182,88 @@ def _finite(value: int | float, as_float: bool) -> bool:
         return False
 
 
+_EXPONENT = re.compile(r"([-+]?\d+)(?:\.(\d*))?[eE]([-+]?)(\d+)")
+_WITH_UNIT = re.compile(r"\s*[-+]?[\d.]+\s*[A-Za-z/]+\s*")
+
+
+def _bound_problem(value: Any, kind: str) -> str | None:
+    """Why ``value`` is not a usable bound of a ``kind`` distribution (a phrase that
+    follows "is"/"are"), or None.  YAML reads ``1e308`` (no dot, no sign) and ``8MiB`` as
+    text, which a bare "low <= high" message hid."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None
+    if not isinstance(value, str):
+        return f"{_kind(value)}, not a number"
+    exponent = _EXPONENT.fullmatch(value.strip())
+    if exponent:
+        whole, fraction, sign, power = exponent.groups()
+        return (f"text: YAML reads a number with an exponent only with a dot and a sign, "
+                f"so write {whole}.{fraction or 0}e{sign or '+'}{power}")
+    if _WITH_UNIT.fullmatch(value):
+        return (f"text: units are not supported in {kind} bounds; write plain numbers in "
+                "the field's base unit (bytes, ps, Hz), or list the values to choose from")
+    return "text, not a number"
+
+
+def _bound_problems(args: list, kind: str) -> list[str]:
+    """One sentence per distinct reason, naming every bound it applies to."""
+    by_reason: dict[str, list] = {}
+    for value in args:
+        reason = _bound_problem(value, kind)
+        if reason is not None:
+            by_reason.setdefault(reason, []).append(value)
+    return [f"{' and '.join(map(repr, values))} {'is' if len(values) == 1 else 'are'} {reason}"
+            + (_size_example(values) if "units" in reason else "")
+            for reason, values in by_reason.items()]
+
+
+def _size_example(values: list) -> str:
+    """`` (8MiB is 8388608)`` for the first value that reads as a size, else ''."""
+    for value in values:
+        try:
+            return f" ({value} is {parse_bytes(value)})"
+        except (ValueError, TypeError):
+            continue
+    return ""
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", type(None): "an empty value", list: "a list", dict: "a mapping"}.get(
+        type(value), type(value).__name__)
+
+
+def _bounds(kind: str, args: Any, where: str, bad) -> bool:
+    """Whether ``args`` is ``[low, high]`` of finite numbers with low <= high."""
+    if not isinstance(args, list) or len(args) != 2:
+        bad(f"{where}.{kind}", f"expected [low, high], got {args!r}")
+        return False
+    problems = _bound_problems(args, kind)
+    if problems:
+        bad(f"{where}.{kind}", f"expected [low, high] of numbers, got {args!r}: "
+                               + "; ".join(problems))
+        return False
+    # .nan and .inf are YAML floats: NaN slips through the low <= high check (every
+    # comparison with it is false) and both crash the sampler (int(round(nan)),
+    # int(round(inf))), so refuse them here, with the field path.
+    if not all(_finite(a, kind != "randint") for a in args):
+        bad(f"{where}.{kind}", f"bounds must be finite, got {args!r}")
+        return False
+    if args[0] > args[1]:
+        bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
+        return False
+    return True
+
+
+def _fits_int64(kind: str, args: list, where: str, bad) -> bool:
+    """Integer draws must fit the results store's 64-bit integers: a bound beyond them
+    is a typo, not a design point (and its metrics would overflow too)."""
+    if all(INT64_MIN <= a < INT64_MAX + 1 for a in args):
+        return True
+    bad(f"{where}.{kind}", f"integer bounds must lie within a 64-bit integer "
+                           f"({INT64_MIN:,} to {INT64_MAX:,}), got {args!r}")
+    return False
+
+
 def _sampler(dist: Any, where: str, bad):
     if isinstance(dist, list) and dist:
         dist = {"choice": dist}
@@ -189,24 +276,18 @@ def _sampler(dist: Any, where: str, bad):
         bad(where, f"expected exactly one of choice, uniform, loguniform, randint "
                    f"(plus integer: true), got {dict(dist)!r}")
         return None
-    kind, args, integer = kinds[0], dist[kinds[0]], bool(dist.get("integer", False))
+    kind, args, integer = kinds[0], dist[kinds[0]], dist.get("integer", False)
+    if not isinstance(integer, bool):  # bool("maybe") is True: say so instead
+        bad(f"{where}.integer", f"expected true or false, got {integer!r}")
+        return None
     if kind == "choice":
         if not isinstance(args, list) or not args:
             bad(f"{where}.choice", f"expected a non-empty list, got {args!r}")
             return None
         return lambda rng: rng.choice(args)
-    if (not isinstance(args, list) or len(args) != 2
-            or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
-        bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
+    if not _bounds(kind, args, where, bad):
         return None
-    # .nan and .inf are YAML floats: NaN slips through the low <= high check (every
-    # comparison with it is false) and both crash the sampler (int(round(nan)),
-    # int(round(inf))), so refuse them here, with the field path.
-    if not all(_finite(a, kind != "randint") for a in args):
-        bad(f"{where}.{kind}", f"bounds must be finite, got {args!r}")
-        return None
-    if args[0] > args[1]:
-        bad(f"{where}.{kind}", f"expected [low, high] with low <= high, got {args!r}")
+    if (kind == "randint" or integer) and not _fits_int64(kind, args, where, bad):
         return None
     low, high = args
     if kind == "uniform" and not math.isfinite(float(high) - float(low)):

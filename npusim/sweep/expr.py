@@ -11,9 +11,13 @@ Only literals, arithmetic, comparisons, boolean logic, ``x if c else y`` and a f
 functions (``min max abs int float round str len`` and the unit parsers ``size``,
 ``time_ps``, ``freq_hz``, ``bandwidth_bps``) are allowed: a spec file can never run
 arbitrary code.  Nor can it exhaust the machine: an expression is at most
-:data:`MAX_LENGTH` characters and :data:`MAX_DEPTH` levels deep, ``**`` refuses integer
-results above :data:`MAX_POW_BITS` bits and ``*`` refuses to repeat text or a list past
-:data:`MAX_REPEAT` items (``9 ** 9 ** 9`` would otherwise run for hours).
+:data:`MAX_LENGTH` characters and :data:`MAX_DEPTH` levels deep, no operation may produce
+an integer above :data:`MAX_INT_BITS` bits (``**`` is refused before it computes one) and
+``*`` refuses to repeat text or a list past :data:`MAX_REPEAT` items (``9 ** 9 ** 9``
+would otherwise run for hours).
+
+An expression that fails says so in a sentence naming the failing part (``${...}``
+references shown as written) and what is allowed, never as Python's own error text.
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ MAX_LENGTH = 2000
 #: Checking, path collection and evaluation recurse once per level, so this keeps them
 #: far from Python's recursion limit.
 MAX_DEPTH = 100
-#: Largest integer ``**`` may produce, in bits (about 3000 decimal digits).
-MAX_POW_BITS = 10_000
+#: Largest integer any operation may produce, in bits (about 3000 decimal digits): every
+#: intermediate result is checked, since a product of a few in-range powers would
+#: otherwise grow past Python's 4300-digit limit for turning an integer into text (which
+#: the override a derived value becomes needs).  ``**`` is checked before computing.
+MAX_INT_BITS = 10_000
 #: Longest text or list ``*`` may build by repetition.
 MAX_REPEAT = 100_000
 
@@ -63,10 +70,10 @@ def _power(base: Any, exponent: Any) -> Any:
     huge (``9 ** 9 ** 9`` runs for hours): the result has more than (bit length of the
     base - 1) x exponent bits, known from the operands alone."""
     if (isinstance(base, int) and isinstance(exponent, int) and exponent > 0
-            and (abs(base).bit_length() - 1) * exponent >= MAX_POW_BITS):
+            and (abs(base).bit_length() - 1) * exponent >= MAX_INT_BITS):
         shown = f"({base})" if base < 0 else _short(base)
         raise ExprError(f"{shown} ** {_short(exponent)} is too large: the result "
-                        f"would have more than {MAX_POW_BITS} bits")
+                        f"would have more than {MAX_INT_BITS} bits")
     return operator.pow(base, exponent)
 
 
@@ -98,6 +105,8 @@ _CONSTANTS = {"True": True, "False": False, "None": None, "true": True, "false":
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _multiply,
            ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: _modulo,
            ast.Pow: _power}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
+          ast.Invert: operator.invert}
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
             ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
@@ -140,7 +149,7 @@ def parse(text: str) -> tuple[ast.AST, dict[str, str]]:
     if not set(names) <= used:  # "${x}MiB" glued a reference into a longer name
         raise ExprError("a ${...} reference is part of a longer word, not an expression",
                         syntax=True)
-    _check(tree.body)
+    _check(tree.body, names)
     return tree.body, names
 
 
@@ -157,7 +166,7 @@ def _check_depth(node: ast.AST) -> None:
                      if isinstance(grandchild, ast.expr))
 
 
-def _check(node: ast.AST) -> None:
+def _check(node: ast.AST, names: dict[str, str]) -> None:
     allowed = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.BinOp, ast.UnaryOp,
                ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.List, ast.Tuple, ast.Load,
                ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
@@ -170,6 +179,26 @@ def _check(node: ast.AST) -> None:
                                                 and child.func.id in _FUNCTIONS):
             known = ", ".join(sorted(_FUNCTIONS))
             raise ExprError(f"only these functions may be called: {known}")
+        if isinstance(child, (ast.Attribute, ast.Subscript)):
+            _check_path(child, names)
+
+
+def _check_path(node: ast.Attribute | ast.Subscript, names: dict[str, str]) -> None:
+    """``.name`` and ``[i]`` only spell field paths (``hw.cores[3].sram_bytes``): the
+    evaluator reads them through the lookup, so anything else (``'abc'[0]``,
+    ``${x}.__class__``) would fail later with an unreadable message, or not at all."""
+    root = node
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        root = root.value
+    shown = _source(node, names)
+    if _dotted(node) is None or not isinstance(root, ast.Name) or root.id in _CONSTANTS:
+        raise ExprError(f"{shown}: '.' and '[...]' may only spell a field path with literal "
+                        "indices, e.g. hw.cores[3].sram_bytes; indexing or attributes of "
+                        "values are not allowed")
+    if root.id in names:
+        raise ExprError(f"{shown}: write the whole field path inside the braces, e.g. "
+                        "${hw.cores[3].sram_bytes}; attributes and indices of a ${...} "
+                        "value are not allowed")
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -206,6 +235,78 @@ def field_paths(node: ast.AST, names: dict[str, str]) -> list[str]:
     return paths
 
 
+def _source(node: ast.AST, names: dict[str, str], limit: int = 80) -> str:
+    """``node`` as the user wrote it (``${...}`` restored), quoted and cut short."""
+    text = ast.unparse(node)
+    text = re.sub(r"\b__ref\d+\b", lambda m: "${" + names.get(m[0], m[0]) + "}", text)
+    return f"`{text}`" if len(text) <= limit else f"`{text[:limit]}...`"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return {int: "an integer", float: "a number", str: "text", list: "a list",
+            type(None): "None"}.get(type(value), type(value).__name__)
+
+
+def _described(value: Any) -> str:
+    return f"{_short(value)} ({_kind(value)})"
+
+
+#: What each function accepts, for the message when a call fails.
+_ACCEPTS = {"min": "numbers, or one non-empty list", "max": "numbers, or one non-empty list",
+            "abs": "a number", "int": "a number or numeric text", "float": "a number or "
+            "numeric text", "round": "a number and optionally a number of digits",
+            "str": "one value", "len": "text or a list"}
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+            ast.Mod: "%", ast.Pow: "**", ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<",
+            ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in", ast.NotIn: "not in",
+            ast.USub: "-", ast.UAdd: "+", ast.Not: "not", ast.Invert: "~"}
+_CONVERT = ("convert text first with size(), time_ps(), freq_hz(), bandwidth_bps(), int() "
+            "or float()")
+
+
+def _failure(node: ast.AST, names: dict[str, str], op: Any, args: list, exc: Exception) -> str:
+    """A sentence for an operation that raised: what failed, on which values, and what
+    is allowed (Python's own wording, ``'<' not supported between...``, is not)."""
+    shown = _source(node, names)
+    if isinstance(exc, ZeroDivisionError):
+        return f"{shown} divides by zero"
+    if isinstance(exc, OverflowError):
+        return f"{shown} is out of range: a float holds at most about 1.8e308"
+    if isinstance(node, ast.Call):
+        name = node.func.id
+        if name in _ACCEPTS:
+            given = ", ".join(_described(a) for a in args) or "no arguments"
+            return f"{shown}: {name}() takes {_ACCEPTS[name]}, got {given}"
+        return f"{shown}: {exc}"  # the unit parsers' messages are already sentences
+    operands = " and ".join(_described(a) for a in args)
+    return f"{shown}: '{_SYMBOLS.get(op, '?')}' cannot be applied to {operands}; {_CONVERT}"
+
+
+def _result(value: Any, node: ast.AST, names: dict[str, str]) -> Any:
+    """``value`` if an operation may produce it: no integer over :data:`MAX_INT_BITS` bits
+    (see there) and no complex number (``(-8) ** 0.5``)."""
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"{_source(node, names)} is too large: the result has "
+                        f"{value.bit_length():,} bits; at most {MAX_INT_BITS:,} are allowed")
+    if isinstance(value, complex):
+        raise ExprError(f"{_source(node, names)} has no real value")
+    return value
+
+
+def _apply(node: ast.AST, names: dict[str, str], op: Any, function: Callable[..., Any],
+           args: list) -> Any:
+    """``function(*args)`` for one operation of ``node``, failures and results checked."""
+    try:
+        value = function(*args)
+    except ExprError:
+        raise
+    except Exception as exc:  # wrong types, division by zero, overflow, bad units
+        raise ExprError(_failure(node, names, op, args, exc)) from None
+    return _result(value, node, names)
+
+
 def evaluate_node(node: ast.AST, names: dict[str, str], lookup: Lookup) -> Any:
     """Evaluate a parsed expression; field paths are read through ``lookup``."""
     def ev(n: ast.AST) -> Any:
@@ -221,51 +322,73 @@ def evaluate_node(node: ast.AST, names: dict[str, str], lookup: Lookup) -> Any:
         if path is not None:
             return lookup(path)
         if isinstance(n, ast.BinOp):
-            return _BINARY[type(n.op)](ev(n.left), ev(n.right))
+            op = type(n.op)
+            return _apply(n, names, op, _BINARY[op], [ev(n.left), ev(n.right)])
         if isinstance(n, ast.UnaryOp):
-            value = ev(n.operand)
-            return {ast.USub: operator.neg, ast.UAdd: operator.pos,
-                    ast.Not: operator.not_, ast.Invert: operator.invert}[type(n.op)](value)
+            op = type(n.op)
+            return _apply(n, names, op, _UNARY[op], [ev(n.operand)])
         if isinstance(n, ast.BoolOp):
-            if isinstance(n.op, ast.And):
-                result: Any = True
-                for value in n.values:
-                    result = ev(value)
-                    if not result:
-                        return result
-                return result
-            result = False
-            for value in n.values:
-                result = ev(value)
-                if result:
-                    return result
-            return result
+            return _boolean(n, ev)
         if isinstance(n, ast.Compare):
             left = ev(n.left)
             for op, comparator in zip(n.ops, n.comparators):
                 right = ev(comparator)
-                if not _COMPARE[type(op)](left, right):
+                if not _apply(n, names, type(op), _COMPARE[type(op)], [left, right]):
                     return False
                 left = right
             return True
         if isinstance(n, ast.IfExp):
             return ev(n.body) if ev(n.test) else ev(n.orelse)
         if isinstance(n, ast.Call):
-            return _FUNCTIONS[n.func.id](*[ev(a) for a in n.args])
-        raise ExprError(f"cannot evaluate {ast.dump(n)}")  # unreachable after _check
+            return _apply(n, names, None, _FUNCTIONS[n.func.id], [ev(a) for a in n.args])
+        raise ExprError(f"{_source(n, names)} cannot be evaluated")  # unreachable after _check
 
     try:
         return ev(node)
     except ExprError:
         raise
-    except Exception as exc:  # arithmetic on the wrong types, division by zero, bad units
-        raise ExprError(f"{type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # a lookup that raised something else: still one sentence
+        raise ExprError(f"{_source(node, names)} cannot be evaluated: {exc}") from None
+
+
+def _boolean(node: ast.BoolOp, ev: Callable[[ast.AST], Any]) -> Any:
+    """``and`` / ``or`` with Python's short-circuit semantics."""
+    result: Any = isinstance(node.op, ast.And)
+    for value in node.values:
+        result = ev(value)
+        if bool(result) != isinstance(node.op, ast.And):
+            return result
+    return result
 
 
 def evaluate(text: str, lookup: Lookup) -> Any:
     """Evaluate a constraint expression to a value."""
     node, names = parse(text)
     return evaluate_node(node, names, lookup)
+
+
+def parse_condition(text: str) -> tuple[ast.AST, dict[str, str]]:
+    """Parse a constraint; a literal other than true/false (``"5"``, ``"'abc'"``) is
+    refused here, once, rather than at every point."""
+    node, names = parse(text)
+    if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        raise ExprError(_not_a_condition(node, names, node.value))
+    return node, names
+
+
+def condition(text: str, lookup: Lookup) -> bool:
+    """Evaluate a constraint, which must give true or false: ``"${workload.m}"`` would
+    otherwise hold for every point with a non-zero m, silently."""
+    node, names = parse_condition(text)
+    value = evaluate_node(node, names, lookup)
+    if not isinstance(value, bool):
+        raise ExprError(_not_a_condition(node, names, value))
+    return value
+
+
+def _not_a_condition(node: ast.AST, names: dict[str, str], value: Any) -> str:
+    return (f"{_source(node, names)} gives {_described(value)}, not true or false; a "
+            "constraint is a condition, e.g. ${workload.m} % 64 == 0")
 
 
 def render(template: str, lookup: Lookup) -> Any:

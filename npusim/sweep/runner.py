@@ -17,6 +17,7 @@ next run retries it.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,13 @@ from npusim.sweep.spec import Point, SweepSpec, load_spec
 from npusim.sweep.store import ResultStore, flatten_metrics
 
 EXECUTORS = ("local", "dask", "serial")
+#: Most ``--workers`` per CPU.  The points are CPU-bound, so more processes than CPUs
+#: only compete for them, and each costs memory: ``--workers 100000`` started ~1900
+#: processes and exhausted memory before failing.  Far beyond this is a typo.
+MAX_WORKERS_PER_CPU = 4
+#: A Dask scheduler address: optional scheme, host (name, IPv4 or bracketed IPv6), port.
+_SCHEDULER = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx)://)?"
+                        r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})")
 
 
 @dataclass
@@ -91,6 +99,7 @@ def _serial(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[
 
 
 def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[tuple[dict, Any]]:
+    import importlib
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
@@ -98,7 +107,7 @@ def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[t
     # fork where the OS has it: workers inherit the imported simulator (no per-worker
     # start-up) and scripts without an ``if __name__ == "__main__"`` guard still work.
     # The children only run run_point, which touches no lock a parent thread may hold.
-    import npusim.api  # noqa: F401  (imported once here, inherited by every forked worker)
+    importlib.import_module("npusim.api")  # imported once here, inherited by every worker
 
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
@@ -182,6 +191,43 @@ class _Progress:
             self.bar.stop()
 
 
+# ------------------------------------------------------------------ options
+
+def _cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def check_options(executor: str, workers: int | None, scheduler: str | None) -> None:
+    """Raise :class:`NpusimError` for an unknown executor, a worker count below 1 or
+    above :data:`MAX_WORKERS_PER_CPU` x the CPUs, or a scheduler address that is not
+    ``[tcp://]HOST:PORT``; checked before the spec's points are resolved."""
+    if executor not in _RUNNERS:
+        raise NpusimError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    if workers is not None:
+        ceiling = MAX_WORKERS_PER_CPU * _cpus()
+        if workers < 1:
+            raise NpusimError(f"--workers must be at least 1, got {workers}")
+        if workers > ceiling:
+            raise NpusimError(f"--workers {workers:,} is more than {ceiling} ({MAX_WORKERS_PER_CPU} "
+                              f"per CPU, {_cpus()} CPUs); the points are CPU-bound, so extra "
+                              "processes only cost memory. Leave it out to use one per CPU")
+    if scheduler is not None:
+        check_scheduler(scheduler)
+
+
+def check_scheduler(address: str) -> None:
+    """Raise :class:`NpusimError` unless ``address`` is ``[scheme://]HOST:PORT``.  Checked
+    here because a malformed address made ``distributed`` raise a bare ValueError
+    traceback, and an empty one silently started a LocalCluster instead."""
+    expected = ("expected the address of a running Dask scheduler, tcp://HOST:PORT "
+                "(e.g. tcp://10.0.0.5:8786), or no --scheduler for a LocalCluster")
+    if not address.strip():
+        raise NpusimError(f"--scheduler: the address is empty; {expected}")
+    match = _SCHEDULER.fullmatch(address)
+    if match is None or not 1 <= int(match["port"]) <= 65535:
+        raise NpusimError(f"--scheduler: {address!r} is not a scheduler address; {expected}")
+
+
 # ------------------------------------------------------------------ driver
 
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: str = "local",
@@ -194,10 +240,7 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     is already stored are skipped (failed ones too, unless ``retry_failed``).  The
     store is compacted at the end.  ``on_row`` is called with each row as it is stored.
     """
-    if executor not in _RUNNERS:
-        raise NpusimError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
-    if workers is not None and workers < 1:
-        raise NpusimError(f"--workers must be at least 1, got {workers}")
+    check_options(executor, workers, scheduler)
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     started = time.perf_counter()
@@ -233,7 +276,8 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
             _record(store, run_point(task), summary, on_row)
             bar.update(summary, remaining)
         if runnable:
-            count = workers or min(len(runnable), os.cpu_count() or 1)
+            # Never more processes than points: an idle worker is only start-up and memory.
+            count = min(workers or _cpus(), len(runnable))
             for task, row in _RUNNERS[executor](runnable, count, scheduler):
                 remaining -= 1
                 if row is None:

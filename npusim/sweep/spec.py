@@ -156,7 +156,7 @@ class SweepSpec:
                     params[path] = expr.render(template, lookup) if isinstance(template, str) else template
                 for i, (text, reason) in enumerate(self.constraints):
                     where = f"constraints[{i}].require (point {index}: {label})"
-                    if not expr.evaluate(text, lookup):
+                    if not expr.condition(text, lookup):
                         skip = reason
                         break
             except expr.ExprError as exc:
@@ -385,7 +385,7 @@ def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
             bad(where, f"expected {{require: EXPR, reason: TEXT}}, got {item!r}")
             continue
         try:
-            expr.parse(item["require"])
+            expr.parse_condition(item["require"])
         except expr.ExprError as exc:
             bad(f"{where}.require", f"{exc} (got {_shown(item['require'])})")
             continue

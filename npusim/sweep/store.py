@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 META_COLUMNS = ("point", "status")
 TAIL_COLUMNS = ("error", "wall_time_s", "config_hash", "key", "npusim_version", "sweep")
+#: Range of a Parquet integer column (int64).  A larger Python integer (the FLOPs of a
+#: huge GEMM) is stored as float64 instead; see :func:`_cell`.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 RESULTS_FILE = "results.parquet"
 MANIFEST_FILE = "manifest.json"
 
@@ -96,9 +99,18 @@ def _manifest_problem(data: Any) -> str | None:
 
 
 def _cell(value: Any) -> Any:
-    """Parquet-friendly value: containers become JSON text."""
+    """Parquet-friendly value: containers become JSON text, and an integer beyond int64
+    (which pyarrow refuses, aborting the sweep) becomes float64: exact when the float
+    holds it (as it does a FLOP count, a multiple of large powers of two), otherwise
+    the nearest float, 16 significant digits.  An integer beyond even float64 (about
+    1.8e308) is kept as its decimal text, so nothing is lost or refused."""
     if isinstance(value, (dict, list, tuple)):
         return json.dumps(value, sort_keys=True)
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        try:
+            return float(value)
+        except OverflowError:
+            return str(value)  # at most 1000 digits: YAML and expressions cap integers
     return value
 
 

@@ -161,8 +161,6 @@ def test_cdf_hue_of_a_serving_run_is_a_request_column(runs, tmp_path):
     assert "start_ps" not in message
 
 
-@pytest.mark.xfail(strict=True, reason="needs npusim/cli_sweep.py plot() to pass the run "
-                   "directory, not its ops table, to plot_latency_cdf when --hue is given")
 def test_cli_cdf_hue_of_a_serving_run_is_a_request_column(runs, tmp_path, capsys):
     code, _, err = cli(["plot", runs / "serve", "--kind", "cdf", "--hue", "status",
                         "--out", tmp_path / "f.png"], capsys)
