@@ -1,5 +1,7 @@
-"""Fuzzing round 11 of the sweep inputs: each test failed (a traceback, an aborted sweep or
-an unclear message) before its fix."""
+"""Sweep inputs past the limits (integers beyond int64 or 10,000 bits, malformed scheduler
+addresses, absurd worker counts, bounds and expressions of the wrong type): each is a
+clear error, or stored and the sweep goes on, where it was a traceback or an aborted
+sweep."""
 
 from __future__ import annotations
 
