@@ -12,17 +12,10 @@ import pytest
 from npusim import analysis
 from npusim.cli import main
 from npusim.config.presets import REPO_ROOT
+from tests.sweep.test_cli_analysis import SWEEP, cli
 
 pytestmark = pytest.mark.component
 SCENARIOS = REPO_ROOT / "workloads" / "scenarios"
-SWEEP = REPO_ROOT / "workloads" / "sweeps" / "quickstart_grid.yaml"
-
-
-def cli(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return info.value.code or 0, captured.out, captured.err
 
 
 def user_error(args, capsys, *expected):
