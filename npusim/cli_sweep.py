@@ -41,14 +41,11 @@ def sweep(
 
     Exits 1 if a point failed (in this run or stored by an earlier one) or was lost,
     after every result is written; 2 on a user error before any point runs."""
-    from npusim.sweep.runner import EXECUTORS, SweepSummary, check_options, run_sweep
+    from npusim.sweep.runner import SweepSummary, check_options, run_sweep
     from npusim.sweep.spec import load_spec
     from npusim.sweep.store import ResultStore
 
     def action() -> SweepSummary:
-        if executor not in EXECUTORS:
-            raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
-                              f"{', '.join(EXECUTORS)}")
         if scheduler is not None and executor != "dask":  # '' too: never ignored silently
             raise NpusimError("--scheduler needs --executor dask")
         check_options(executor, workers, scheduler)  # before the spec is read and resolved

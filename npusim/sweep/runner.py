@@ -202,7 +202,8 @@ def check_options(executor: str, workers: int | None, scheduler: str | None) -> 
     above :data:`MAX_WORKERS_PER_CPU` x the CPUs, or a scheduler address that is not
     ``[tcp://]HOST:PORT``; checked before the spec's points are resolved."""
     if executor not in _RUNNERS:
-        raise NpusimError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+        raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
+                          f"{', '.join(EXECUTORS)}")
     if workers is not None:
         ceiling = MAX_WORKERS_PER_CPU * _cpus()
         if workers < 1:
