@@ -76,15 +76,43 @@ _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.const
 MAX_INTEGER_DIGITS = 1000
 
 
+#: Most values a YAML document may expand to once its aliases are followed.  A scenario
+#: or sweep spec holds hundreds; a "billion laughs" chain of aliases would otherwise make
+#: every later walk over the tree take minutes or exhaust memory.
+MAX_YAML_VALUES = 1_000_000
+
+
 def parse_yaml(text: str) -> Any:
-    """``yaml.safe_load`` that rejects duplicate keys, over-long integers and nesting
-    deeper than Python can recurse (each a YAML error, not a crash)."""
+    """``yaml.safe_load`` that rejects duplicate keys, over-long integers, nesting
+    deeper than Python can recurse and aliases that expand to more than
+    :data:`MAX_YAML_VALUES` values (each a YAML error, not a crash or a hang)."""
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise yaml.constructor.ConstructorError(
             None, None, "lists or mappings nested too deeply; expected at most a few "
             "hundred levels") from None
+    _check_expanded_size(data)
+    return data
+
+
+def _check_expanded_size(data: Any) -> None:
+    # PyYAML shares an aliased node instead of copying it, so the document loads fast;
+    # count as a tree walk would (each use of an alias again) and stop at the limit.
+    pending, seen = [data], 0
+    while pending:
+        value = pending.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the document expands to more than {MAX_YAML_VALUES:,} values "
+                "once its aliases (*name) are followed; expected a configuration, not an "
+                "alias chain")
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
 
 
 def read_yaml(path: Path) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from npusim.config.presets import parse_yaml
 from npusim.core.units import parse_bytes
 from npusim.sweep.store import INT64_MAX, INT64_MIN
 
@@ -54,7 +55,7 @@ def check_name(path: Any, where: str, bad) -> bool:
 def _values(value: Any, where: str, bad) -> list | None:
     if isinstance(value, str) and value.strip().startswith("["):
         try:
-            value = yaml.safe_load(value)  # "[32, 64]" written as a string
+            value = parse_yaml(value)  # "[32, 64]" written as a string
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             bad(where, f"{value!r} is not a valid YAML list ({problem}); expected a "
@@ -281,6 +282,10 @@ def _sampler(dist: Any, where: str, bad):
         bad(f"{where}.integer", f"expected true or false, got {integer!r}")
         return None
     if kind == "choice":
+        if "integer" in dist:  # a choice draws its listed values as written
+            bad(f"{where}.integer", "applies to uniform and loguniform draws; a choice "
+                                    "draws the listed values as written (list integers)")
+            return None
         if not isinstance(args, list) or not args:
             bad(f"{where}.choice", f"expected a non-empty list, got {args!r}")
             return None

@@ -119,3 +119,13 @@ def test_a_reused_output_directory_loses_the_last_runs_requests_table(tmp_path, 
     (out / "requests.csv").write_text("my,own,data\n")
     run_cli(["run", str(QUICKSTART), "--out", str(out), "--quiet"], capsys)
     assert (out / "requests.csv").read_text() == "my,own,data\n"
+
+
+def test_an_alias_chain_that_expands_past_the_limit_is_a_yaml_error(tmp_path, capsys):
+    # Nine levels of ten aliases each: 10^9 values if walked, loaded in microseconds.
+    lines = ["name: x", "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    scenario = tmp_path / "laughs.yaml"
+    scenario.write_text("\n".join(lines) + "\n")
+    for command in (["run", str(scenario)], ["sweep", str(scenario)]):
+        expect_error(command, capsys, "laughs.yaml", "expands to more than 1,000,000 values")

@@ -73,6 +73,12 @@ def test_random_integer_bounds_beyond_int64_are_a_spec_error():
     assert "64-bit integer" in found["axes[0].random.params.workload.m.uniform"]
 
 
+def test_integer_on_a_choice_is_named_rather_than_ignored():
+    # integer: true rounded uniform draws only; on a choice it did nothing, silently.
+    found = problems(**random_axis({"choice": [1.5, 2.5], "integer": True}))
+    assert "a choice draws the listed values" in found["axes[0].random.params.workload.m.integer"]
+
+
 # ---------------------------------------------------------------- 2: integer size cap
 
 def test_every_intermediate_integer_is_capped():
