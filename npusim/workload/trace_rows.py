@@ -69,7 +69,10 @@ def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, object_pairs_hook=_unique_keys)
+            except _DuplicateKey as exc:
+                raise TraceError(f"{source}:{number}: key {exc.args[0]!r} appears twice in "
+                                 "one object; expected each key once") from None
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
                                  f"{exc.colno}); expected one JSON object per line") from None
@@ -86,6 +89,21 @@ def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]
             yield Row(number, obj)
 
     return None, rows()
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys; a doubled "prompt_tokens" would silently
+    # drop the first value (as the YAML loader refuses, so does the trace reader).
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
 
 
 def present(value: Any) -> bool:

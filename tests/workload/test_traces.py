@@ -244,6 +244,8 @@ INVALID_JSONL = [
     ("duplicate id", '{"id": 7, "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n\n'
      '{"id": "7", "arrival_s": 1, "prompt_tokens": 1, "output_tokens": 1}\n', 3, "already used at line 1"),
     ("missing key", '{"arrival_s": 0, "output_tokens": 1}\n', 1, "missing column 'prompt_tokens'"),
+    ("duplicate key", '{"arrival_s": 0, "prompt_tokens": 9, "output_tokens": 1, "prompt_tokens": 1}\n',
+     1, "key 'prompt_tokens' appears twice in one object"),
 ]
 
 
