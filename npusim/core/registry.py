@@ -97,11 +97,26 @@ def register(category: str, config: type[PartConfig]) -> Callable[[Any], Any]:
         if kind in table and table[kind].impl is not impl:
             raise TypeError(f"{category} kind {kind!r} registered twice "
                             f"({table[kind].impl!r} and {impl!r})")
-        doc = (impl.__doc__ or config.__doc__ or "").strip().splitlines()
-        table[kind] = Entry(category, kind, config, impl, doc[0] if doc else "")
+        table[kind] = Entry(category, kind, config, impl, _summary(impl, config))
         return impl
 
     return decorate
+
+
+#: Longest one-line summary `npusim list` shows; a longer docstring paragraph gives way
+#: to the config's.
+_SUMMARY_CHARS = 120
+
+
+def _summary(impl: Any, config: type) -> str:
+    """The first paragraph of the implementation's docstring on one line, or the config
+    class's own when that one is missing, too long or cross-references Sphinx roles."""
+    candidates = [impl.__doc__, config.__dict__.get("__doc__")]
+    paragraphs = [" ".join((doc or "").strip().split("\n\n")[0].split()) for doc in candidates]
+    for text in paragraphs:
+        if text and len(text) <= _SUMMARY_CHARS and ":class:" not in text:
+            return text.replace("``", "")
+    return next((text.replace("``", "") for text in paragraphs if text), "")
 
 
 @cache

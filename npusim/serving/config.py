@@ -186,7 +186,8 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
 
 @register("workload", ServingWorkloadConfig)
 def lower_serving(device, config: ServingWorkloadConfig, seed: int = 0):
-    """The serving driver for ``device`` (it schedules segments itself)."""
+    """Serve a request trace: iteration-level scheduling, KV accounting, SLO metrics
+    (the driver times its own segments on ``device``)."""
     from npusim.serving.engine import ServingDriver
 
     return ServingDriver(device, config, seed)

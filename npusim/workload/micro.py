@@ -51,7 +51,7 @@ class GemmWorkloadConfig(PartConfig):
 
 @register("workload", GemmWorkloadConfig)
 def lower_gemm(device, config: GemmWorkloadConfig, seed: int = 0) -> Program:
-    """Build the partitioned-GEMM program."""
+    """One GEMM split by columns of W over the cores (1-D N partition)."""
     num_cores = getattr(device, "num_cores", None)
     for core in config.cores:
         if num_cores is not None and not 0 <= core < num_cores:
