@@ -1,6 +1,6 @@
 # Two entry points, both self-contained on a machine with only Python:
 #   make run   - create .venv, install npusim, run the default scenario
-#   make test  - create .venv with dev extras, run the whole test suite
+#   make test  - create .venv with dev extras, run the tests (all but the slow tier)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

@@ -106,8 +106,8 @@ def run(
     trace: Optional[str] = typer.Option(None, "--trace", help="Serving workloads: request trace "
                                          "(CSV, JSONL or Azure CSV); --set workload.trace.limit=N after it."),
 ) -> None:
-    """Simulate one scenario and write metrics.json, ops.csv, units.csv, trace.json and
-    config.resolved.yaml."""
+    """Simulate one scenario and write metrics.json, ops.csv, units.csv, segments.csv,
+    trace.json, config.resolved.yaml and host.json (serving runs also requests.csv)."""
     from npusim.api import simulate
     from npusim.config.loader import load_scenario
     from npusim.core.output_paths import check_output_dir, option_path

@@ -3,7 +3,9 @@
 Each document's blocks run top to bottom in one fresh interpreter (they share a
 namespace, like cells of a notebook) started in the repository root.  A fresh process
 keeps the examples' registrations (a new part defined inline) out of the test process's
-registry.  Blocks fenced as ```text, ```sh or ```yaml are not run.
+registry.  Blocks fenced as ```text, ```sh or ```yaml are not run, nor is a python block
+whose first line starts with ``# not run`` (one that needs packages npusim does not
+install, say why on that line).
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from npusim.config.presets import REPO_ROOT
 pytestmark = pytest.mark.unit
 
 #: Documents whose python blocks must run.
-DOCUMENTS = ["docs/architecture.md", "docs/hardware-model.md"]
+DOCUMENTS = ["README.md", "docs/architecture.md", "docs/hardware-model.md", "docs/models.md",
+             "docs/moe.md", "docs/partition.md", "docs/sweeps.md", "docs/traces.md"]
 
 _BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
     """``(first line number, code)`` of every ```python block in ``text``."""
-    return [(text.count("\n", 0, match.start(1)) + 1, match[1]) for match in _BLOCK.finditer(text)]
+    return [(text.count("\n", 0, match.start(1)) + 1, match[1]) for match in _BLOCK.finditer(text)
+            if not match[1].startswith("# not run")]
 
 
 def as_script(document: str, blocks: list[tuple[int, str]]) -> str:
@@ -50,6 +54,9 @@ def test_block_extraction():
         ```
         ```python
         assert x == 1
+        ```
+        ```python
+        # not run: needs torch
         ```
         """)
     assert python_blocks(text) == [(3, "x = 1\n"), (9, "assert x == 1\n")]
