@@ -47,13 +47,16 @@ def _summary_table(result) -> None:
         table.add_row("requests finished / rejected / total",
                       f"{metrics['requests_finished']} / {metrics['requests_rejected']} / "
                       f"{metrics['requests_total']}")
-        for name in ("ttft", "tbt", "e2e"):
-            table.add_row(f"{name.upper()} p50 / p90 / p99",
+        for name, label in (("ttft", "TTFT"), ("tbt", "TBT"), ("e2e", "E2E"), ("queue", "queueing")):
+            table.add_row(f"{label} p50 / p90 / p99",
                           " / ".join(f"{metrics[f'{name}_ms_p{q}']:.1f}" for q in (50, 90, 99)) + " ms")
         table.add_row("throughput", f"{metrics['throughput_tokens_per_s']:,.1f} tokens/s")
         table.add_row("goodput (SLO met)", f"{metrics['goodput_requests_per_s']:.2f} req/s "
                                            f"({100 * metrics['slo_attainment']:.0f}%)")
         table.add_row("tokens/s per mm²", f"{metrics['throughput_tokens_per_s_per_mm2']:.4f}")
+        for replica, its in metrics["iterations_by_replica"].items():
+            table.add_row(f"{replica}: batch mean / KV peak",
+                          f"{its['batch_requests_mean']:.1f} req / {100 * its['kv_utilisation_peak']:.0f}%")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
@@ -107,7 +110,8 @@ def run(
                                          "(CSV, JSONL or Azure CSV); --set workload.trace.limit=N after it."),
 ) -> None:
     """Simulate one scenario and write metrics.json, ops.csv, units.csv, segments.csv,
-    trace.json, config.resolved.yaml and host.json (serving runs also requests.csv)."""
+    trace.json, config.resolved.yaml and host.json (serving runs also requests.csv and
+    iterations.csv)."""
     from npusim.api import simulate
     from npusim.config.loader import load_scenario
     from npusim.core.output_paths import check_output_dir, option_path

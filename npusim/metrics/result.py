@@ -92,7 +92,7 @@ class Result:
     def write(self, out_dir: str | Path) -> Path:
         """Write metrics.json, ops.csv, segments.csv, units.csv, trace.json,
         config.resolved.yaml and host.json into ``out_dir``, plus one CSV per extra
-        table (``requests.csv`` for serving runs).  An extra table an earlier run left
+        table (``requests.csv`` and ``iterations.csv`` for serving runs).  An extra table an earlier run left
         there and this run does not have is removed, so ``plot`` cannot mistake it
         for this run's.
 
@@ -136,7 +136,8 @@ class Result:
 #: Extra tables a run may write, with the header npusim gives each: a file of that name
 #: is removed from a reused output directory only if it is npusim's own (a user's file
 #: that happens to share the name stays).
-_EXTRA_TABLE_HEADERS = {"requests": "request_id,arrival_ps,prompt_tokens,output_tokens,status"}
+_EXTRA_TABLE_HEADERS = {"requests": "request_id,arrival_ps,prompt_tokens,output_tokens,status",
+                        "iterations": "iteration,replica,role,start_ps,end_ps,requests"}
 
 
 def _remove_stale_tables(out: Path, keep: dict[str, Any]) -> None:

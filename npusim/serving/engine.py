@@ -21,6 +21,7 @@ from typing import Any, Callable
 from npusim.config.presets import REPO_ROOT
 from npusim.core import registry
 from npusim.core.errors import MappingError
+from npusim.serving.iterations import IterationLog
 from npusim.serving.metrics import summarise
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
 from npusim.serving.state import Entry, RequestState, SchedulerView
@@ -65,6 +66,7 @@ class ServingDriver:
         handed = {r.index: 0 for r in reps}  # KV tokens sent to a decode replica, not yet admitted
         swapped: dict[int, list[RequestState]] = {r.index: [] for r in reps}  # KV on the host
         iterations = {r.index: 0 for r in reps}
+        log = IterationLog()
         counter = itertools.count()
         events: list[tuple[int, int, str, Any]] = []
         for state in states:
@@ -145,6 +147,8 @@ class ServingDriver:
                 return False
             for entry in entries:
                 state = entry.state
+                if state.first_scheduled_ps is None:
+                    state.first_scheduled_ps = now
                 if not state.admitted:
                     need = kv_need(state, replica)
                     kv_used[replica.index] += need
@@ -180,6 +184,12 @@ class ServingDriver:
                 run = session.run(segment, prefix + label, start)
                 start = free[position] = start + run.makespan_ps
             iterations[replica.index] += 1
+            picked = {id(e.state) for e in entries}
+            log.record(replica=replica, entries=entries, start_ps=now, end_ps=start,
+                       kv_used_tokens=kv_used[replica.index],
+                       waiting=sum(1 for s in view.waiting if id(s) not in picked),
+                       running=sum(1 for s in view.running if id(s) not in picked),
+                       preempted=len(victims))
             in_flight[replica.index] += 1
             heapq.heappush(events, (start, next(counter), "done", (replica, entries)))
             heapq.heappush(events, (free[0], next(counter), "wake", replica))
@@ -256,12 +266,14 @@ class ServingDriver:
         rows, metrics = summarise(states, self, session, last_ps)
         metrics.update({"requests_total": len(states), "requests_finished": finished,
                         "requests_rejected": rejected,
-                        "iterations": sum(iterations.values())})
+                        "iterations": sum(iterations.values()),
+                        "iterations_by_replica": log.summary()})
         info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
                 "scheduler": self.config.scheduler.kind,
                 "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
                               "kv_capacity_tokens": r.kv_capacity_tokens} for r in reps]}
-        return DriveOutcome(last_ps, len(session.segment_rows), info, metrics, {"requests": rows})
+        return DriveOutcome(last_ps, len(session.segment_rows), info, metrics,
+                            {"requests": rows, "iterations": log.rows})
 
     # -- helpers -------------------------------------------------------------------------
     def _admissible(self, state: RequestState, capacity: dict[int, int]) -> str:

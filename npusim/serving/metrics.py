@@ -37,6 +37,8 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
             "ttft_ps": None if s.first_token_ps is None else s.first_token_ps - r.arrival_ps,
             "e2e_ps": None if s.finish_ps is None else s.finish_ps - r.arrival_ps,
             "mean_tbt_ps": float(np.mean(gaps)) if len(gaps) else None,
+            "queue_ps": (None if s.first_scheduled_ps is None
+                         else s.first_scheduled_ps - r.arrival_ps),
             "generated": s.generated, "preempted": s.preempted, "swapped_out": s.swapped_out,
             "token_times_ps": " ".join(map(str, s.token_times_ps)),
         })
@@ -71,6 +73,9 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics.update(_summary(ttft, "ttft_ms"))
     metrics.update(_summary(tbt, "tbt_ms"))
     metrics.update(_summary(e2e, "e2e_ms"))
+    # Queueing: arrival to the first iteration the request is in (its prefill starts).
+    metrics.update(_summary([(s.first_scheduled_ps - s.request.arrival_ps) * ms for s in done],
+                            "queue_ms"))
     metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0
     metrics["throughput_requests_per_s"] = len(done) / seconds if seconds else 0.0
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0

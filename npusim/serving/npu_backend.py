@@ -91,7 +91,7 @@ class Replica:
         if granularity != "part":
             token_grid = None  # dense parts exist only when stages are cut
         corners = None
-        if grid is not None and all(_is_decode(e) for e in entries):
+        if grid is not None and all(e.is_decode for e in entries):
             count, total = len(entries), sum(e.context_len for e in entries)
             corners = decode_corners(count, total, bucket, grid)
         if corners is None:
@@ -236,14 +236,6 @@ def _spread(count: int, total: int) -> tuple[SequenceChunk, ...]:
                  for i in range(count))
 
 
-def _is_decode(e: Entry) -> bool:
-    """One new token after kept context that samples the next token.  A one-token prompt
-    chunk that samples nothing (not the prompt's last), or one that runs its prefix again
-    (``chunk_kv: recompute``), is a prefill chunk: timed with its recomputed prefix and
-    without an LM head."""
-    return e.new_tokens == 1 and e.context_len > 0 and e.recomputed_tokens == 0 and e.samples
-
-
 def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     """Chunks in a canonical order (prefills by size, then decodes) with contexts
     rounded up to ``bucket`` tokens: iterations that differ only inside a bucket share
@@ -258,8 +250,8 @@ def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     # after the context that was kept (none for chunk_kv: recompute).
     prefills = sorted((tokens(e.new_tokens + e.recomputed_tokens),
                        ctx(e.context_len - e.recomputed_tokens), e.samples)
-                      for e in entries if not _is_decode(e))
-    decodes = [e.context_len for e in entries if _is_decode(e)]
+                      for e in entries if not e.is_decode)
+    decodes = [e.context_len for e in entries if e.is_decode]
     # Decode attention is merged (keys summed), so only the count and the total matter;
     # the total is rounded up to 1/16 of its power of two (at most +6.25% of decode
     # attention work, never less), then spread evenly over the sequences.

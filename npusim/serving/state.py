@@ -20,6 +20,7 @@ class RequestState:
     replica: int | None = None
     in_flight: bool = False
     first_token_ps: int | None = None
+    first_scheduled_ps: int | None = None  # first launched in an iteration (queueing ends)
     token_times_ps: list[int] = field(default_factory=list)
     finish_ps: int | None = None
     ready_ps: int = 0                  # earliest time it may be scheduled (KV arrival)
@@ -63,6 +64,15 @@ class Entry:
     context_len: int
     samples: bool   # the iteration produces a token for this request
     recomputed_tokens: int = 0  # of the context, run again before the new tokens (KV not kept)
+
+    @property
+    def is_decode(self) -> bool:
+        """One new token after kept context that samples the next token.  A one-token
+        prompt chunk that samples nothing (not the prompt's last), or one that runs its
+        prefix again (``chunk_kv: recompute``), is a prefill chunk: timed with its
+        recomputed prefix and without an LM head."""
+        return (self.new_tokens == 1 and self.context_len > 0 and self.recomputed_tokens == 0
+                and self.samples)
 
 
 @dataclass

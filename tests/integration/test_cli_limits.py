@@ -109,12 +109,13 @@ def test_an_empty_scenario_path_is_a_directory_not_a_file(capsys):
     expect_error(["run", ""], capsys, "is a directory; expected a YAML file")
 
 
-def test_a_reused_output_directory_loses_the_last_runs_requests_table(tmp_path, capsys):
+def test_a_reused_output_directory_loses_the_last_runs_serving_tables(tmp_path, capsys):
     out = tmp_path / "mix"
     run_cli(["run", str(FUSION), "--set", "workload.trace.limit=2", "--out", str(out), "--quiet"], capsys)
-    assert (out / "requests.csv").is_file()
+    assert (out / "requests.csv").is_file() and (out / "iterations.csv").is_file()
     run_cli(["run", str(QUICKSTART), "--out", str(out), "--quiet"], capsys)
     assert not (out / "requests.csv").exists()  # plot must not read it as this run's
+    assert not (out / "iterations.csv").exists()
     # a user's own file of that name is not npusim's table: it stays
     (out / "requests.csv").write_text("my,own,data\n")
     run_cli(["run", str(QUICKSTART), "--out", str(out), "--quiet"], capsys)

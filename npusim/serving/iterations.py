@@ -1,0 +1,66 @@
+"""The per-iteration log of a serving run (``iterations.csv``) and its summaries.
+
+One row per micro-batch a replica launches: what the scheduler put in it, how much KV
+the replica had reserved once it was admitted, and how many requests were still
+queued.  It is what a user plots to see *why* a pool saturates (batch sizes pinned at
+``max_batch_size``, KV near capacity, a growing queue), which the per-request table
+only shows as long latencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npusim.serving.state import Entry
+
+#: Columns of ``iterations.csv``, in order (times in ps, KV in tokens).
+COLUMNS = ("iteration", "replica", "role", "start_ps", "end_ps", "requests",
+           "prefill_requests", "decode_requests", "prefill_tokens", "recomputed_tokens",
+           "context_tokens", "kv_used_tokens", "kv_capacity_tokens", "waiting", "running",
+           "preempted")
+
+
+@dataclass
+class IterationLog:
+    """Rows appended by the engine as it launches micro-batches."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, *, replica, entries: list[Entry], start_ps: int, end_ps: int,
+               kv_used_tokens: int, waiting: int, running: int, preempted: int) -> None:
+        """Log one launched micro-batch of ``replica`` (``end_ps``: its last token out).
+
+        ``waiting`` / ``running`` are the requests the scheduler saw and left out."""
+        prefill = [e for e in entries if not e.is_decode]
+        self.rows.append({
+            "iteration": len(self.rows), "replica": replica.index, "role": replica.role,
+            "start_ps": start_ps, "end_ps": end_ps, "requests": len(entries),
+            "prefill_requests": len(prefill), "decode_requests": len(entries) - len(prefill),
+            "prefill_tokens": sum(e.new_tokens for e in prefill),
+            "recomputed_tokens": sum(e.recomputed_tokens for e in entries),
+            "context_tokens": sum(e.context_len for e in entries),
+            "kv_used_tokens": kv_used_tokens, "kv_capacity_tokens": replica.kv_capacity_tokens,
+            "waiting": waiting, "running": running, "preempted": preempted,
+        })
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per replica (``decode1``, ``fused0``, ...): iterations launched, mean requests
+        and new tokens per iteration, and the mean and peak share of KV reserved when an
+        iteration launched (averaged over iterations, not over time)."""
+        by_replica: dict[str, list[dict[str, Any]]] = {}
+        for row in self.rows:
+            by_replica.setdefault(f"{row['role']}{row['replica']}", []).append(row)
+        out = {}
+        for key, rows in sorted(by_replica.items()):
+            requests = np.array([r["requests"] for r in rows], dtype=float)
+            tokens = np.array([r["prefill_tokens"] + r["decode_requests"] for r in rows], dtype=float)
+            capacity = rows[0]["kv_capacity_tokens"]
+            kv = np.array([r["kv_used_tokens"] for r in rows], dtype=float) / capacity
+            out[key] = {"iterations": len(rows), "batch_requests_mean": float(requests.mean()),
+                        "batch_tokens_mean": float(tokens.mean()),
+                        "kv_utilisation_mean": float(kv.mean()),
+                        "kv_utilisation_peak": float(kv.max())}
+        return out
