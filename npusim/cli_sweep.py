@@ -11,7 +11,7 @@ import typer
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
 
-PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline")
+PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches")
 
 
 def _guard(action: Callable[[], Any]) -> Any:
@@ -81,7 +81,9 @@ def sweep(
 def plot(
     source: Path = typer.Argument(..., help="A sweep directory (npusim sweep --out) or a run "
                                   "directory (npusim run --out)."),
-    kind: str = typer.Option(..., "--kind", "-k", help="line | heatmap | pareto | cdf | timeline"),
+    kind: str = typer.Option(..., "--kind", "-k", help="line | heatmap | pareto | cdf | "
+                             "timeline | batches (a serving run's batch size, KV and queue "
+                             "per replica over time)"),
     x: Optional[str] = typer.Option(None, "--x", "-x", help="x column (line: a parameter; "
                                     "heatmap: a parameter; pareto: a metric)."),
     y: Optional[str] = typer.Option(None, "--y", "-y", help="y column (line/pareto: a metric; "
@@ -97,7 +99,7 @@ def plot(
     out: Optional[str] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
                                        "default SOURCE/plot-KIND.png)."),
 ) -> None:
-    """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf) to PNG/SVG."""
+    """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf, batches) to PNG/SVG."""
     from npusim import analysis
     from npusim.analysis.frames import MAX_BINS
     from npusim.analysis.plots import check_figure_path
@@ -123,7 +125,13 @@ def plot(
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
         is_run = (source / "ops.csv").is_file()
-        if kind == "timeline" or (kind == "cdf" and is_run):
+        if kind == "batches":
+            if not (source / "iterations.csv").is_file():
+                raise NpusimError(f"{source}: --kind batches needs a serving run directory "
+                                  "with iterations.csv (npusim run SCENARIO --out DIR, a "
+                                  "serving workload)")
+            figure = analysis.plot_serving_timeline(source)
+        elif kind == "timeline" or (kind == "cdf" and is_run):
             if not is_run:
                 raise NpusimError(f"{source}: --kind {kind} needs a run directory with ops.csv "
                                   "(npusim run SCENARIO --out DIR)")

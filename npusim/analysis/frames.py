@@ -23,6 +23,10 @@ MAX_BINS = 100_000
 OPS_TIMES = {"start_ps": True, "end_ps": True, "duration_ps": True}
 REQUEST_TIMES = {"arrival_ps": True, "first_token_ps": False, "finish_ps": False,
                  "ttft_ps": False, "e2e_ps": False, "mean_tbt_ps": False}
+ITERATION_TIMES = {"start_ps": True, "end_ps": True}
+#: Columns a serving timeline needs from iterations.csv.
+ITERATION_COLUMNS = ("replica", "role", "start_ps", "end_ps", "requests", "kv_used_tokens",
+                     "kv_capacity_tokens", "waiting", "running")
 #: Times are int64 picoseconds in npusim; larger magnitudes (or inf) are damage.
 _TIME_LIMIT = 2 ** 63
 _TIME_EXPECTED = "expected a time in picoseconds (a finite number of magnitude below 2^63)"
@@ -366,6 +370,19 @@ def request_table(source: Any) -> "pd.DataFrame | None":
                                 "task durations of ops.csv)")
     if isinstance(source, pd.DataFrame) and {"arrival_ps", "finish_ps"} <= set(source.columns):
         return source  # a per-request table itself (e.g. one group of it)
+    return None
+
+
+def iteration_table(source: Any) -> "pd.DataFrame | None":
+    """The per-iteration table of a serving Result or run directory (iterations.csv):
+    one row per launched micro-batch, or None for a run without one.  A damaged file is
+    an :class:`AnalysisError` naming it."""
+    tables = getattr(source, "tables", None)
+    if isinstance(tables, dict):
+        return source.table("iterations") if "iterations" in tables else None
+    if isinstance(source, (str, Path)) and (Path(source) / "iterations.csv").exists():
+        return read_table(Path(source) / "iterations.csv", "per-iteration table",
+                          "micro-batch", required=ITERATION_COLUMNS, times=ITERATION_TIMES)
     return None
 
 

@@ -230,6 +230,41 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
     return ax.figure
 
 
+def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
+    """Three panels over simulated time, one line per replica, from a serving Result or
+    run directory (its iterations.csv): requests in each launched micro-batch, the share
+    of the replica's KV reserved at launch, and the requests the scheduler left out
+    (waiting for prefill plus running but not in the batch).  A pool that cannot keep
+    up shows batches pinned at ``max_batch_size`` and a queue that keeps growing."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from npusim.analysis.frames import iteration_table
+
+    frame = iteration_table(source)
+    if frame is None or frame.empty:
+        raise AnalysisError("no per-iteration table (iterations.csv) to plot; expected a "
+                            "serving run (npusim run SCENARIO --out DIR with a serving workload)")
+    factor, xlabel = _scale("time_ps", [frame["start_ps"].max()])
+    figure = Figure(figsize=(8.0, 6.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(3, 1, sharex=True)
+    for (replica, role), rows in frame.groupby(["replica", "role"], sort=True):
+        time = rows["start_ps"].to_numpy(dtype=float) / factor
+        label = f"{role}{replica}"
+        axes[0].step(time, rows["requests"], where="post", label=label)
+        axes[1].step(time, 100.0 * rows["kv_used_tokens"] / rows["kv_capacity_tokens"],
+                     where="post", label=label)
+        axes[2].step(time, rows["waiting"] + rows["running"], where="post", label=label)
+    for ax, ylabel in zip(axes, ("requests per micro-batch", "KV reserved (%)", "requests left out")):
+        ax.set_ylabel(ylabel, fontsize="small")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize="small", loc="upper right")
+    axes[-1].set_xlabel(xlabel)
+    axes[0].set_title(title or "serving iterations per replica", fontsize="medium")
+    return figure
+
+
 def check_figure_path(path: str | Path, option: str | None = None) -> Path:
     """``path`` as a figure file that can be written, checked before drawing: not a
     directory, a file name with a known suffix (:class:`AnalysisError`), under

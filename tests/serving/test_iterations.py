@@ -41,3 +41,29 @@ def test_a_saturated_pool_shows_full_batches_and_a_queue():
     assert m["iterations_by_replica"]["decode0"]["batch_requests_mean"] <= 4
     assert (requests["queue_ps"] >= 0).all() and (requests["queue_ps"] <= requests["ttft_ps"]).all()
     assert m["queue_ms_p99"] > 0 and m["queue_ms_p50"] <= m["queue_ms_p99"]
+
+
+def test_the_batches_plot_has_a_line_per_replica_in_each_panel(tmp_path, capsys):
+    from npusim import analysis
+    from tests.integration.test_cli import run_cli
+
+    result = simulate(DISAGG, overrides=SMALL)
+    figure = analysis.plot_serving_timeline(result)
+    assert [len(ax.get_lines()) for ax in figure.axes] == [2, 2, 2]  # prefill1, decode0
+    out = tmp_path / "run"
+    result.write(out)
+    code, stdout, _ = run_cli(["plot", str(out), "--kind", "batches"], capsys)
+    assert code == 0 and (out / "plot-batches.png").stat().st_size > 0
+
+
+def test_the_batches_plot_names_what_is_missing_or_damaged(tmp_path, capsys):
+    from npusim.analysis import AnalysisError, plot_serving_timeline
+    from tests.integration.test_cli import QUICKSTART, run_cli
+
+    out = tmp_path / "run"
+    run_cli(["run", str(QUICKSTART), "--out", str(out), "--quiet"], capsys)
+    code, _, err = run_cli(["plot", str(out), "--kind", "batches"], capsys)
+    assert code != 0 and "needs a serving run directory with iterations.csv" in err
+    (out / "iterations.csv").write_text("iteration,replica\n0,0\n")
+    with pytest.raises(AnalysisError, match=r"iterations.csv: no column 'role'"):
+        plot_serving_timeline(out)
