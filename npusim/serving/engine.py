@@ -346,7 +346,16 @@ class ServingDriver:
 
     def _recompute_blocked(self, state: RequestState) -> str:
         """Why a recompute-preempted request can never prefill again ('' if it can): a
-        scheduler that runs whole prompts only takes up to max_batch_tokens of them."""
+        scheduler that runs whole prompts only takes up to max_batch_tokens of them, and
+        under disaggregation the prefill pool must hold prompt + generated tokens of KV
+        (else the victim would wait at the head of its queue forever, and every later
+        request behind it)."""
+        prefill = [r.kv_capacity_tokens for r in self.replicas if r.role == "prefill"]
+        if prefill and state.prompt_target > max(prefill):
+            return (f"preempted after {state.generated} tokens (preemption: recompute); "
+                    f"prompt + generated = {state.prompt_target} tokens of KV to prefill "
+                    f"again, and a prefill replica holds at most {max(prefill)} (use swap "
+                    "preemption, max_length reservation or more prefill KV)")
         scheduler = self.config.scheduler
         if scheduler.kind != "chunked_prefill" and state.prompt_target > scheduler.max_batch_tokens:
             return (f"preempted after {state.generated} tokens (preemption: recompute); "

@@ -85,6 +85,25 @@ def test_a_recompute_victim_too_long_for_a_whole_prompt_scheduler_is_rejected_wi
     assert set(chunked.requests["status"]) == {"finished"}
 
 
+def test_a_recompute_victim_the_prefill_pool_cannot_hold_is_rejected_not_left_blocking(tmp_path):
+    # P21/D42: the prefill replica holds 1,523 KV tokens, the decode replica 7,281.  Three
+    # 1000 + 2600 requests overflow the decode KV; the victim has 2,441 tokens to prefill
+    # again, more than the prefill pool holds.  It waited at the head of the prefill
+    # queue forever and the late request behind it ended "never scheduled".
+    rows = [("a", 0, 1000, 2600), ("b", 1, 1000, 2600), ("c", 2, 1000, 2600),
+            ("late", 100_000_000_000_000, 10, 2)]
+    result = simulate(DISAGG, overrides=[
+        *TIGHT, write_trace(tmp_path / "t.csv", rows), "workload.pd.prefill_cores=21",
+        "workload.pd.decode_cores=42", "workload.kv_reservation=incremental",
+        "workload.scheduler={kind: chunked_prefill}"])
+    table = result.requests.set_index("request_id")
+    assert table.loc["late", "status"] == "finished"
+    victim = table[table["preempted"] > 0]
+    assert len(victim) == 1 and victim["status"].iloc[0] == "rejected"
+    assert "a prefill replica holds at most 1523" in victim["reason"].iloc[0]
+    assert (table["status"] == "finished").sum() == 3
+
+
 def test_a_one_token_last_chunk_that_recomputes_its_prefix_is_timed_with_it(tmp_path):
     # 20 decodes use 20 of the 512-token budget, so a 493-token prompt ends in a one-token
     # chunk: with chunk_kv: recompute it runs the 492 tokens before it again, as a
