@@ -75,6 +75,22 @@ def test_continuous_batching_prefills_whole_prompts_within_the_batch_limit():
     assert all(e.samples for e in batch)
 
 
+@pytest.mark.parametrize("scheduler", [ContinuousScheduler(ContinuousConfig(max_batch_size=16,
+                                                                           max_batch_tokens=8)),
+                                       StaticScheduler(StaticConfig(max_batch_size=16,
+                                                                    max_batch_tokens=8))])
+def test_a_decode_iteration_stays_within_max_batch_tokens(scheduler):
+    # Each decode is a new token: 10 running requests (admitted over several prefill
+    # iterations) decoded together in an iteration limited to 8 tokens.
+    running = [state(i, prompt=4, prefilled=4, generated=1) for i in range(10)]
+    batch = scheduler.schedule(view([], running))
+    assert len(batch) == 8 and all(e.new_tokens == 1 for e in batch)
+    # and continuous batching admits no prompt that would only queue for a decode slot
+    if isinstance(scheduler, ContinuousScheduler):
+        batch = scheduler.schedule(view([state(20, prompt=4)], running[:8]))
+        assert [e.state.id for e in batch] == [f"r{i}" for i in range(8)]
+
+
 def test_fill_pipeline_spreads_decodes_over_the_stages():
     sched = ContinuousScheduler(ContinuousConfig(fill_pipeline=True))
     running = [state(i, prefilled=100, generated=1) for i in range(10)]

@@ -22,6 +22,12 @@ class SchedulerConfigBase(PartConfig):
                                 "per decode); sizes the activation buffers the memory "
                                 "manager reserves.")
 
+    @property
+    def decode_slots(self) -> int:
+        """Most requests one decode iteration takes: each decodes one new token, so
+        ``max_batch_tokens`` bounds them as much as ``max_batch_size`` does."""
+        return min(self.max_batch_size, self.max_batch_tokens)
+
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
           tokens_left: int, chunk: int | None = None, recompute_prefix: bool = False,

@@ -24,8 +24,9 @@ class ContinuousScheduler:
         self.config = config
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
-        slots = self.config.max_batch_size - len(view.running)
+        # Admit only as many as a decode iteration can take, or they would queue there.
+        slots = self.config.decode_slots - len(view.running)
         prefills = admit(view, view.waiting, max(0, slots), self.config.max_batch_tokens)
         if prefills:
             return prefills
-        return decodes(view.running, self.config.max_batch_size, view)
+        return decodes(view.running, self.config.decode_slots, view)

@@ -24,5 +24,5 @@ class StaticScheduler:
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
         if view.running or view.in_flight:
-            return decodes(view.running, self.config.max_batch_size) if not view.in_flight else []
+            return decodes(view.running, self.config.decode_slots) if not view.in_flight else []
         return admit(view, view.waiting, self.config.max_batch_size, self.config.max_batch_tokens)
