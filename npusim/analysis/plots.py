@@ -242,6 +242,8 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     from npusim.analysis.frames import iteration_table
 
     frame = iteration_table(source)
+    if frame is not None:  # rows of no requests: batches preemption emptied, not launched
+        frame = frame[frame["requests"] > 0]
     if frame is None or frame.empty:
         raise AnalysisError("no per-iteration table (iterations.csv) to plot; expected a "
                             "serving run (npusim run SCENARIO --out DIR with a serving workload)")

@@ -144,6 +144,11 @@ class ServingDriver:
                 if victims:  # the KV they freed may let this replica (or, for a decode
                     # replica's recompute victims, the prefill pool) run something now
                     heapq.heappush(events, (now, next(counter), "wake", replica))
+                    # logged as a batch of none, so the table counts every preemption
+                    log.record(replica=replica, entries=[], start_ps=now, end_ps=now,
+                               kv_used_tokens=kv_used[replica.index],
+                               waiting=len(view.waiting), running=len(view.running),
+                               preempted=len(victims))
                 return False
             for entry in entries:
                 state = entry.state

@@ -4,7 +4,9 @@ One row per micro-batch a replica launches: what the scheduler put in it, how mu
 the replica had reserved once it was admitted, and how many requests were still
 queued.  It is what a user plots to see *why* a pool saturates (batch sizes pinned at
 ``max_batch_size``, KV near capacity, a growing queue), which the per-request table
-only shows as long latencies.
+only shows as long latencies.  A row with no requests (start = end) is a batch the
+scheduler formed and the preemptions that made room for it emptied, so every
+preemption is in some row.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class IterationLog:
         iteration launched (averaged over iterations, not over time)."""
         by_replica: dict[str, list[dict[str, Any]]] = {}
         for row in self.rows:
+            if not row["requests"]:  # a batch preemption emptied: nothing launched
+                continue
             by_replica.setdefault(f"{row['role']}{row['replica']}", []).append(row)
         out = {}
         for key, rows in sorted(by_replica.items()):

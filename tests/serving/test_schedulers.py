@@ -59,6 +59,17 @@ def test_kv_admission_is_first_come_first_served():
     assert batch == []  # the small request does not overtake the head of the queue
 
 
+def test_prompts_admitted_behind_a_blocked_head_keep_prefilling():
+    # A recompute victim rejoins the queue ahead of prompts admitted after it.  Stopping
+    # at the victim kept their KV reserved forever, so the victim never fit: deadlock.
+    sched = ChunkedPrefillScheduler(ChunkedPrefillConfig(token_budget=8, prefill_chunk=512))
+    victim = state(0, prompt=600, output=2000)
+    admitted = [state(i, prompt=1200, output=2, prefilled=7) for i in (1, 2)]
+    new = state(3, prompt=10, output=2)
+    batch = sched.schedule(view([victim, *admitted, new], kv_free=677))
+    assert [(e.state.id, e.new_tokens) for e in batch] == [("r1", 8)]  # not r3: FCFS for KV
+
+
 def test_static_batching_admits_nothing_while_a_batch_runs():
     sched = StaticScheduler(StaticConfig(max_batch_size=4))
     running = [state(i, prefilled=100, generated=2) for i in range(2)]

@@ -40,13 +40,19 @@ def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
     each takes one more KV token, so that much less is left for new prompts."""
     entries: list[Entry] = []
     kv_free = view.kv_free_tokens - (0 if view.reserve_max_length else decodes_in_batch)
+    blocked = False
     for state in candidates:
         if slots <= 0 or tokens_left <= 0:
             break
         if not state.admitted:
             need = view.kv_need(state)
-            if need > kv_free:
-                break  # FCFS: do not let later requests overtake the head of the queue
+            if blocked or need > kv_free:
+                # FCFS: no later request takes KV before the head of the queue.  Requests
+                # already admitted behind it (a recompute victim rejoins the queue ahead
+                # of prompts admitted after it) hold their KV and still get their
+                # tokens; stopping them too would keep their KV, and the head, waiting.
+                blocked = True
+                continue
             kv_free -= need
         remaining = state.prompt_target - state.prefilled
         take = min(remaining, tokens_left if chunk is None else min(chunk, tokens_left))
