@@ -30,6 +30,7 @@ from pydantic import (AliasChoices, ConfigDict, Field, PrivateAttr,
                       ValidationError, model_validator)
 
 from npusim.core.errors import ConfigError
+from npusim.core.json_keys import DuplicateKeyError, unique_keys
 from npusim.core.registry import NumbersNotBooleans
 from npusim.workload.model_params import GATED_MLP_MATRICES, LayerParams, ParamCounts
 
@@ -379,22 +380,6 @@ def list_models() -> list[str]:
     return sorted(p.stem for p in root.glob("*.json")) if root.is_dir() else []
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str):
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` hook that rejects a key given twice (json keeps the last silently)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def load_model(name_or_path: str | Path) -> ModelConfig:
     """Load a shipped model by name or any Hugging Face ``config.json`` by path.
 
@@ -430,8 +415,8 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
     except OSError as exc:
         raise ConfigError(source, [("", f"cannot read file: {exc.strerror}")]) from None
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
+        data = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
         raise ConfigError(source, [(exc.key, "key appears twice in one object; expected each "
                                              "key once (JSON readers keep only the last)")]) from None
     except json.JSONDecodeError as exc:

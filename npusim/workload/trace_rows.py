@@ -18,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterator, Mapping
 
 from npusim.core.errors import TraceError
+from npusim.core.json_keys import DuplicateKeyError, unique_keys
 from npusim.core.units import PS_PER_S
 
 __all__ = ["Row", "csv_rows", "jsonl_rows", "present", "integer_cell", "seconds_cell",
@@ -69,9 +70,9 @@ def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line, object_pairs_hook=_unique_keys)
-            except _DuplicateKey as exc:
-                raise TraceError(f"{source}:{number}: key {exc.args[0]!r} appears twice in "
+                obj = json.loads(line, object_pairs_hook=unique_keys)
+            except DuplicateKeyError as exc:
+                raise TraceError(f"{source}:{number}: key {exc.key!r} appears twice in "
                                  "one object; expected each key once") from None
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
@@ -89,21 +90,6 @@ def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]
             yield Row(number, obj)
 
     return None, rows()
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # json keeps the last of two equal keys; a doubled "prompt_tokens" would silently
-    # drop the first value (as the YAML loader refuses, so does the trace reader).
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _DuplicateKey(key)
-        obj[key] = value
-    return obj
 
 
 def present(value: Any) -> bool:
