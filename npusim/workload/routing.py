@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from npusim.core.errors import TraceError
+from npusim.core.json_keys import DuplicateKeyError, unique_keys
 
 __all__ = [
     "FORMAT_NAME", "FORMAT_VERSION", "WEIGHT_SUM_TOLERANCE", "RoutingHeader", "RoutingTrace",
@@ -354,9 +355,15 @@ def read_routing_trace(path: str | Path, model: Any = None) -> RoutingTrace:
         raise TraceError(f"{source}: header: expected a 1-D uint8 array of UTF-8 JSON, got "
                          f"dtype {raw.dtype} with shape {list(raw.shape)}")
     try:
-        header_data = json.loads(raw.tobytes().decode("utf-8"))
+        header_data = json.loads(raw.tobytes().decode("utf-8"), object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
+        raise TraceError(f"{source}: header: key {exc.key!r} appears twice in one object; "
+                         "expected each key once") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"{source}: header: not valid JSON ({exc})") from None
+    except ValueError:  # only an integer past Python's 4300-digit conversion limit
+        raise TraceError(f"{source}: header: an integer of more than 4300 digits; expected "
+                         "header fields of at most a few dozen digits") from None
     except RecursionError:
         raise TraceError(f"{source}: header: JSON nested too deeply; expected a flat "
                          f"object of header fields") from None

@@ -401,6 +401,19 @@ def test_header_that_is_not_an_object_or_not_bytes(tmp_path):
         read_routing_trace(tmp_path / "u.npz")
 
 
+@pytest.mark.parametrize("text, expect", [
+    ('{"seed": 1, "seed": 2}', "header: key 'seed' appears twice in one object"),
+    ('{"seed": ' + "9" * 5000 + "}", "header: an integer of more than 4300 digits"),
+])
+def test_a_header_with_a_doubled_key_or_a_huge_integer_names_it(tmp_path, text, expect):
+    # json kept the last of two keys silently; the huge integer escaped as a ValueError.
+    np.savez(tmp_path / "h.npz", experts=np.zeros((3, 4, 2), np.int16),
+             weights=np.zeros((3, 4, 2), np.float32),
+             header=np.frombuffer(text.encode(), np.uint8))
+    with pytest.raises(TraceError, match=expect):
+        read_routing_trace(tmp_path / "h.npz")
+
+
 @pytest.mark.parametrize("name, content, expect", [
     ("text.npz", b"experts,weights\n1,2\n", "the file is not a zip archive"),
     ("elf.npz", b"\x7fELF\x02\x01\x01" + bytes(200), "the file is not a zip archive"),
