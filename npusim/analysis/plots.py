@@ -242,11 +242,13 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     from npusim.analysis.frames import iteration_table
 
     frame = iteration_table(source)
-    if frame is not None:  # rows of no requests: batches preemption emptied, not launched
-        frame = frame[frame["requests"] > 0]
-    if frame is None or frame.empty:
+    if frame is None:
         raise AnalysisError("no per-iteration table (iterations.csv) to plot; expected a "
                             "serving run (npusim run SCENARIO --out DIR with a serving workload)")
+    frame = frame[frame["requests"] > 0]  # rows of none: batches preemption emptied
+    if frame.empty:
+        raise AnalysisError("the run launched no micro-batch, so there is nothing to plot "
+                            "(the per-request table says why each request was rejected)")
     factor, xlabel = _scale("time_ps", [frame["start_ps"].max()])
     figure = Figure(figsize=(8.0, 6.5), layout="constrained")
     FigureCanvasAgg(figure)

@@ -36,7 +36,9 @@ class Result:
     config: dict[str, Any]
     host: dict[str, Any] = field(default_factory=dict)
     segment_rows: list[tuple] = field(default_factory=list)
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Extra tables by name: rows as dicts, or columns as lists (which keep an empty
+    #: table's header).
+    tables: dict[str, list[dict[str, Any]] | dict[str, list]] = field(default_factory=dict)
 
     def table(self, name: str) -> "pd.DataFrame":
         """An extra table of the run (``requests`` for serving runs) as a DataFrame."""

@@ -278,7 +278,7 @@ class ServingDriver:
                 "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
                               "kv_capacity_tokens": r.kv_capacity_tokens} for r in reps]}
         return DriveOutcome(last_ps, len(session.segment_rows), info, metrics,
-                            {"requests": rows, "iterations": log.rows})
+                            {"requests": rows, "iterations": log.columns()})
 
     # -- helpers -------------------------------------------------------------------------
     def _admissible(self, state: RequestState, capacity: dict[int, int]) -> str:

@@ -48,6 +48,10 @@ class IterationLog:
             "waiting": waiting, "running": running, "preempted": preempted,
         })
 
+    def columns(self) -> dict[str, list[Any]]:
+        """The table column by column (a run that launched nothing keeps its header)."""
+        return {name: [row[name] for row in self.rows] for name in COLUMNS}
+
     def summary(self) -> dict[str, dict[str, float]]:
         """Per replica (``decode1``, ``fused0``, ...): iterations launched, mean requests
         and new tokens per iteration, and the mean and peak share of KV reserved when an

@@ -100,5 +100,6 @@ class DriveOutcome:
     segments: int
     info: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
-    #: Extra tables written as ``<name>.csv`` next to metrics.json (rows as dicts).
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Extra tables written as ``<name>.csv`` next to metrics.json (rows as dicts, or
+    #: columns as lists, which keep an empty table's header).
+    tables: dict[str, list[dict[str, Any]] | dict[str, list]] = field(default_factory=dict)

@@ -64,6 +64,14 @@ def test_the_batches_plot_names_what_is_missing_or_damaged(tmp_path, capsys):
     run_cli(["run", str(QUICKSTART), "--out", str(out), "--quiet"], capsys)
     code, _, err = run_cli(["plot", str(out), "--kind", "batches"], capsys)
     assert code != 0 and "needs a serving run directory with iterations.csv" in err
+    # every request rejected on arrival: the table keeps its header and says so
+    rejected = tmp_path / "rejected"
+    run_cli(["run", str(DISAGG), "--set", "workload.trace={arrival: {kind: fixed, interval_s: "
+             "0.5}, prompt: 60000000, output: 4, num_requests: 2}", "--out", str(rejected),
+             "--quiet"], capsys)
+    assert (rejected / "iterations.csv").read_text().startswith("iteration,replica,role,")
+    with pytest.raises(AnalysisError, match="launched no micro-batch"):
+        plot_serving_timeline(rejected)
     (out / "iterations.csv").write_text("iteration,replica\n0,0\n")
     with pytest.raises(AnalysisError, match=r"iterations.csv: no column 'role'"):
         plot_serving_timeline(out)
