@@ -10,9 +10,9 @@ import pytest
 from npusim import analysis
 from npusim.cli import main
 from npusim.config.presets import REPO_ROOT
+from tests.sweep.conftest import SWEEP
 
 pytestmark = pytest.mark.component
-SWEEP = REPO_ROOT / "workloads" / "sweeps" / "quickstart_grid.yaml"
 QUICKSTART = REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml"
 
 
@@ -21,15 +21,6 @@ def cli(args, capsys):
         main([str(a) for a in args])
     captured = capsys.readouterr()
     return info.value.code or 0, captured.out, captured.err
-
-
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    out = tmp_path_factory.mktemp("cli") / "grid"
-    with pytest.raises(SystemExit) as info:
-        main(["sweep", str(SWEEP), "--out", str(out), "--executor", "serial", "-q"])
-    assert (info.value.code or 0) == 0
-    return out
 
 
 def test_sweep_command_writes_the_store(swept):

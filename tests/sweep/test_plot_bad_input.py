@@ -12,7 +12,7 @@ import pytest
 from npusim import analysis
 from npusim.cli import main
 from npusim.config.presets import REPO_ROOT
-from tests.sweep.test_cli_analysis import SWEEP, cli
+from tests.sweep.test_cli_analysis import cli
 
 pytestmark = pytest.mark.component
 SCENARIOS = REPO_ROOT / "workloads" / "scenarios"
@@ -37,15 +37,6 @@ def runs(tmp_path_factory):
             main(["run", *map(str, args), "--out", str(root / name), "-q"])
         assert (info.value.code or 0) == 0
     return root
-
-
-@pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sweep") / "grid"
-    with pytest.raises(SystemExit) as info:
-        main(["sweep", str(SWEEP), "--out", str(out), "--executor", "serial", "-q"])
-    assert (info.value.code or 0) == 0
-    return out
 
 
 def damaged(runs, tmp_path, name):
