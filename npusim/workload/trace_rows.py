@@ -114,15 +114,40 @@ def integer_cell(row: Row, column: str, loc: str, low: int | None, what: str,
     elif isinstance(raw, float):
         value = int(raw) if math.isfinite(raw) and raw.is_integer() else None
     elif isinstance(raw, str):
-        try:
-            number = Decimal(raw)
-        except InvalidOperation:
-            number = None
-        if number is not None and number.is_finite() and number == number.to_integral_value():
+        number = _decimal(raw)
+        # adjusted() is the exponent of the leading digit: '1e999999' would otherwise
+        # become a million-digit int before the range check (4300 digits is the limit
+        # Python's own int() puts on text)
+        if number is not None and number.adjusted() < 4300 \
+                and number == number.to_integral_value():
             value = int(number)
     if value is None or (low is not None and value < low) or (high is not None and value > high):
         raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
     return value
+
+
+# What a number in a trace file looks like: ASCII digits, an optional sign, point and
+# exponent.  Python's Decimal() would also take '1_000', full-width or Arabic-Indic
+# digits and 'NaN'; a trace cell holding them is a mistake worth naming.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _decimal(raw: Any) -> Decimal | None:
+    """``raw`` (a number or its text, surrounding blanks allowed) as a finite Decimal;
+    None if it is not a plain ASCII number."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return Decimal(raw)
+    if isinstance(raw, float):  # its shortest repr, as JSON wrote it, not the binary value
+        return Decimal(repr(raw)) if math.isfinite(raw) else None
+    text = str(raw).strip(" \t")
+    if _NUMBER.fullmatch(text) is None:
+        return None
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only valid text
+        return None
 
 
 def _clip(raw: Any) -> str:
@@ -136,18 +161,15 @@ def seconds_cell(row: Row, column: str, loc: str) -> int:
     what = "a number of seconds >= 0"
     if not present(raw):
         raise _missing(loc, column, what)
-    try:
-        number = Decimal(str(raw)) if not isinstance(raw, bool) else None
-    except InvalidOperation:
-        number = None
-    if number is None or not number.is_finite() or number < 0:
+    number = _decimal(raw)
+    if number is None or number < 0:
         raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
     return int((number * PS_PER_S).to_integral_value())
 
 
 _DATETIME = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,12}))?"
-    r"(Z|[+-]\d{2}:?\d{2})?$")
+    r"(Z|[+-]\d{2}:?\d{2})?$", re.ASCII)
 
 
 def timestamp_cell(row: Row, column: str, loc: str) -> int:
@@ -166,10 +188,8 @@ def timestamp_cell(row: Row, column: str, loc: str) -> int:
     text = str(raw).strip()
     match = _DATETIME.match(text)
     if match is None:
-        try:
-            Decimal(text)
-        except InvalidOperation:
-            raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}") from None
+        if _decimal(text) is None:
+            raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
         return seconds_cell(row, column, loc)
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
     fraction, zone = match[7] or "", match[8]

@@ -192,6 +192,15 @@ INVALID_CSV = [
     ("non-integer length", HEADER + "a,0,5,3\nb,10,4,2.5\n", 3, "'output_tokens': got '2.5'"),
     ("zero output", HEADER + "a,0,5,0\n", 2, "at least one token"),
     ("nan", HEADER + "a,0,nan,3\n", 2, "'prompt_tokens': got 'nan'"),
+    # Python's int()/Decimal() read these; a trace cell holding them is a typo or an encoding slip
+    ("underscore digits", HEADER + "a,0,1_000,3\n", 2, "'prompt_tokens': got '1_000'"),
+    ("full-width digits", HEADER + "a,0,\uff11\uff12,3\n", 2, "'prompt_tokens': got '\uff11\uff12'"),
+    ("arabic-indic seconds", "arrival_s,prompt_tokens,output_tokens\n\u0663,1,1\n", 2,
+     "'arrival_s': got '\u0663'"),
+    ("arabic-indic datetime", "timestamp,prompt_tokens,output_tokens\n"
+     "2023-11-16 18:15:4\u0666,1,1\n", 2, "'timestamp': got"),
+    # must not build a million-digit integer before the range check (it hung)
+    ("huge exponent length", HEADER + "a,0,1e999999,3\n", 2, "'prompt_tokens': got '1e999999'"),
     ("arrival past int64 ps", HEADER + "a,0,5,3\nb,99999999999999999999,5,3\n", 3,
      "expected at most 9223372036854775807 ps (9223372 s)"),  # in the column's unit
     ("missing value", HEADER + "a,0,5,3\nb,,5,3\n", 3, "'arrival_ps': value is missing"),
