@@ -9,23 +9,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import List, Optional
 
 import typer
 
+from npusim.cli_common import OnceOptionsCommand
+from npusim.cli_common import guard as _guard
 from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
-
-
-def _guard(action: Callable[[], Any]) -> Any:
-    """Run ``action``; turn user errors into one message and a non-zero exit."""
-    try:
-        return action()
-    except NpusimError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(exc.exit_code) from None
 
 
 def _summary_table(result) -> None:
@@ -94,20 +87,30 @@ def _simulate_with_progress(simulate, config, quiet: bool):
         return simulate(config, progress=progress)
 
 
-@app.command()
+@app.command(cls=OnceOptionsCommand)
 def run(
-    scenario: Path = typer.Argument(..., help="Scenario YAML (hardware + workload + run)."),
-    hw: Optional[Path] = typer.Option(None, "--hw", help="Replace the scenario's hardware with this YAML."),
-    set_: List[str] = typer.Option([], "--set", help="Override a field: PATH=VALUE (repeatable)."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="Fidelity: tlm or analytic."),
-    out: Optional[str] = typer.Option(None, "--out", help="Output directory (default out/<name>)."),
+    scenario: Path = typer.Argument(..., metavar="SCENARIO",
+                                    help="Scenario YAML (hardware + workload + run)."),
+    hw: Optional[Path] = typer.Option(None, "--hw", metavar="FILE",
+                                      help="Replace the scenario's hardware with this YAML."),
+    set_: List[str] = typer.Option([], "--set", metavar="PATH=VALUE",
+                                   help="Override a field: PATH=VALUE (repeatable)."),
+    mode: Optional[str] = typer.Option(None, "--mode", metavar="tlm|analytic",
+                                       help="Fidelity: tlm or analytic."),
+    out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
+                                      help="Output directory (default out/<name>)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table."),
-    model: Optional[str] = typer.Option(None, "--model", help="LLM workloads: model name or config.json."),
-    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", help="LLM workloads: prompt tokens."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="LLM workloads: generated tokens."),
-    batch: Optional[int] = typer.Option(None, "--batch", help="LLM workloads: fixed batch size."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Serving workloads: request trace "
-                                         "(CSV, JSONL or Azure CSV); --set workload.trace.limit=N after it."),
+    model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
+                                        help="LLM workloads: model name or config.json."),
+    prompt_len: Optional[int] = typer.Option(None, "--prompt-len", metavar="TOKENS",
+                                             help="LLM workloads: prompt tokens."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", metavar="TOKENS",
+                                             help="LLM workloads: generated tokens."),
+    batch: Optional[int] = typer.Option(None, "--batch", metavar="N",
+                                        help="LLM workloads: fixed batch size."),
+    trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE",
+                                        help="Serving workloads: request trace (CSV, JSONL or "
+                                        "Azure CSV); --set workload.trace.limit=N after it."),
 ) -> None:
     """Simulate one scenario and write metrics.json, ops.csv, units.csv, segments.csv,
     trace.json, config.resolved.yaml and host.json (serving runs also requests.csv and
@@ -162,7 +165,7 @@ def run(
     _guard(action)
 
 
-@app.command("list")
+@app.command("list", cls=OnceOptionsCommand)
 def list_parts() -> None:
     """Show registered parts, presets, benches and scenarios."""
     from rich.console import Console
@@ -188,12 +191,14 @@ def list_parts() -> None:
     console.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
 
 
-@app.command()
+@app.command(cls=OnceOptionsCommand)
 def validate(
-    suite: Optional[str] = typer.Option(None, "--suite", help="Only cases of this suite."),
-    case: List[str] = typer.Option([], "--case", help="Only these case ids (repeatable)."),
+    suite: Optional[str] = typer.Option(None, "--suite", metavar="NAME",
+                                        help="Only cases of this suite."),
+    case: List[str] = typer.Option([], "--case", metavar="ID",
+                                   help="Only these case ids (repeatable)."),
     fast: bool = typer.Option(False, "--fast", help="Skip cases marked slow."),
-    report: Optional[Path] = typer.Option(Path("docs/validation.md"), "--report",
+    report: Optional[Path] = typer.Option(Path("docs/validation.md"), "--report", metavar="FILE",
                                           help="Markdown report to write ('' for none)."),
 ) -> None:
     """Run reference cases: simulated vs reference vs error; non-zero exit on failure."""

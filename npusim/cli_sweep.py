@@ -4,34 +4,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import typer
 
+from npusim.cli_common import OnceOptionsCommand
+from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
 
 PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches")
 
 
-def _guard(action: Callable[[], Any]) -> Any:
-    """User errors print one message and exit non-zero (as in :mod:`npusim.cli`)."""
-    try:
-        return action()
-    except NpusimError as exc:
-        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(exc.exit_code) from None
-
-
 def sweep(
-    spec: Path = typer.Argument(..., help="Sweep spec YAML (base scenario + axes)."),
-    out: Optional[str] = typer.Option(None, "--out", help="Results directory "
+    spec: Path = typer.Argument(..., metavar="SPEC", help="Sweep spec YAML (base scenario + axes)."),
+    out: Optional[str] = typer.Option(None, "--out", metavar="DIR", help="Results directory "
                                        "(default out/sweeps/<name>); re-running resumes."),
-    executor: str = typer.Option("local", "--executor", help="local (processes), dask, or serial."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes "
+    executor: str = typer.Option("local", "--executor", metavar="local|dask|serial",
+                                 help="local (processes), dask, or serial."),
+    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Worker processes "
                                           "(default: number of CPUs; never more than the "
                                           "points to run; at most 4 per CPU)."),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address "
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDRESS",
+                                            help="Dask scheduler address "
                                             "tcp://HOST:PORT (default: a LocalCluster on "
                                             "loopback)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed points again."),
@@ -79,24 +74,30 @@ def sweep(
 
 
 def plot(
-    source: Path = typer.Argument(..., help="A sweep directory (npusim sweep --out) or a run "
-                                  "directory (npusim run --out)."),
-    kind: str = typer.Option(..., "--kind", "-k", help="line | heatmap | pareto | cdf | "
+    source: Path = typer.Argument(..., metavar="SOURCE", help="A sweep directory (npusim "
+                                  "sweep --out) or a run directory (npusim run --out)."),
+    kind: str = typer.Option(..., "--kind", "-k", metavar="KIND",
+                             help="line | heatmap | pareto | cdf | "
                              "timeline | batches (a serving run's batch size, KV and queue "
                              "per replica over time)"),
-    x: Optional[str] = typer.Option(None, "--x", "-x", help="x column (line: a parameter; "
+    x: Optional[str] = typer.Option(None, "--x", "-x", metavar="COLUMN",
+                                    help="x column (line: a parameter; "
                                     "heatmap: a parameter; pareto: a metric)."),
-    y: Optional[str] = typer.Option(None, "--y", "-y", help="y column (line/pareto: a metric; "
+    y: Optional[str] = typer.Option(None, "--y", "-y", metavar="COLUMN",
+                                    help="y column (line/pareto: a metric; "
                                     "heatmap: a parameter)."),
-    value: Optional[str] = typer.Option(None, "--value", help="heatmap: the metric to colour; "
+    value: Optional[str] = typer.Option(None, "--value", metavar="COLUMN",
+                                        help="heatmap: the metric to colour; "
                                         "cdf: the column to take samples from."),
-    hue: Optional[str] = typer.Option(None, "--hue", help="line: one line per value; "
+    hue: Optional[str] = typer.Option(None, "--hue", metavar="COLUMN",
+                                      help="line: one line per value; "
                                       "cdf: one curve per value."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
-    bins: int = typer.Option(100, "--bins", help="timeline: number of time bins "
+    bins: int = typer.Option(100, "--bins", metavar="N", help="timeline: number of time bins "
                              "(1 to 100,000)."),
     logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
-    out: Optional[str] = typer.Option(None, "--out", help="Figure file (.png/.svg/.pdf; "
+    out: Optional[str] = typer.Option(None, "--out", metavar="FILE",
+                                      help="Figure file (.png/.svg/.pdf; "
                                        "default SOURCE/plot-KIND.png)."),
 ) -> None:
     """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf, batches) to PNG/SVG."""
@@ -164,5 +165,5 @@ def plot(
 
 def register(app: typer.Typer) -> None:
     """Add the ``sweep`` and ``plot`` commands to ``app``."""
-    app.command("sweep")(sweep)
-    app.command("plot")(plot)
+    app.command("sweep", cls=OnceOptionsCommand)(sweep)
+    app.command("plot", cls=OnceOptionsCommand)(plot)

@@ -130,3 +130,28 @@ def test_an_alias_chain_that_expands_past_the_limit_is_a_yaml_error(tmp_path, ca
     scenario.write_text("\n".join(lines) + "\n")
     for command in (["run", str(scenario)], ["sweep", str(scenario)]):
         expect_error(command, capsys, "laughs.yaml", "expands to more than 1,000,000 values")
+
+
+@pytest.mark.parametrize("args, option", [
+    (["run", str(FUSION), "--trace", "traces/ratio_1_1_32.csv", "--trace=traces/ratio_1_1_512.csv"],
+     "--trace"),
+    (["run", str(QUICKSTART), "--out", "a", "--mode", "tlm", "--out", "b"], "--out"),
+    (["sweep", "spec.yaml", "--workers", "1", "--workers=2"], "--workers"),
+    (["plot", "somewhere", "-k", "line", "--kind", "cdf"], "--kind"),
+])
+def test_a_single_valued_option_given_twice_is_refused(args, option, tmp_path, capsys, monkeypatch):
+    # click would keep the last value silently; nothing may run or be written
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and f"'{option}'" in err and "given 2 times" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_repeatable_options_flags_and_option_like_values_are_not_repeats(tmp_path, capsys):
+    code, _, err = run_cli(["run", str(QUICKSTART), "-q", "--quiet", "--set", "workload.m=64",
+                            "--set", "workload.n=64", "--out", str(tmp_path), "--mode", "analytic"],
+                           capsys)
+    assert code in (0, None), err
+    # '--out' as the value of --set is a value, not a second --out
+    expect_error(["run", str(QUICKSTART), "--set", "--out", "--out", str(tmp_path / "x")],
+                 capsys, "--set", "expected PATH=VALUE")

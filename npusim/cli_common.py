@@ -1,0 +1,57 @@
+"""What every ``npusim`` command shares: user errors as one message and an exit code,
+and options that take one value given at most once."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import typer
+from typer.core import TyperCommand
+
+from npusim.core.errors import NpusimError
+
+__all__ = ["guard", "OnceOptionsCommand"]
+
+
+def guard(action: Callable[[], Any]) -> Any:
+    """Run ``action``; turn user errors into one message and a non-zero exit."""
+    try:
+        return action()
+    except NpusimError as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+class OnceOptionsCommand(TyperCommand):
+    """A command whose single-valued options (``--trace FILE``, ``--out DIR`` ...) may be
+    given once.
+
+    Click keeps the last of ``--trace a.csv --trace b.csv`` without a word, so a
+    command line assembled from pieces (a script adding its own ``--trace``) would
+    simulate a trace other than the one its author reads first.  Repeatable options
+    (``--set``, ``--case``) and flags are not affected.
+    """
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        # (typer bundles its own click: parameters are told apart by duck typing)
+        options = {name: param for param in self.get_params(ctx)
+                   if param.param_type_name == "option" for name in param.opts}
+        seen: dict[str, tuple[Any, list[str]]] = {}
+        tokens = iter(args)
+        for token in tokens:
+            if token == "--":
+                break
+            name, has_value = (token.split("=", 1)[0], "=" in token) if token.startswith("--") \
+                else (token, False)
+            param = options.get(name)
+            if param is None or param.is_flag or param.count:
+                continue
+            if not param.multiple:
+                seen.setdefault(param.name or name, (param, []))[1].append(name)
+            if not has_value:
+                next(tokens, None)  # the option's value, even if it looks like an option
+        for param, names in seen.values():
+            if len(names) > 1:
+                raise typer.BadParameter(f"given {len(names)} times; give it once (only one "
+                                         "value would be used)", ctx=ctx, param=param)
+        return super().parse_args(ctx, args)
