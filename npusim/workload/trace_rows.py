@@ -163,7 +163,10 @@ def seconds_cell(row: Row, column: str, loc: str) -> int:
         raise _missing(loc, column, what)
     number = _decimal(raw)
     if number is None or number < 0:
-        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected {what}")
+        raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
+    if number.adjusted() >= 15:  # 1e15 s, 30 million years: '1e999999' overflows Decimal
+        raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what} "
+                         "and below 1e15")
     return int((number * PS_PER_S).to_integral_value())
 
 

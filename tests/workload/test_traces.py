@@ -201,6 +201,11 @@ INVALID_CSV = [
      "2023-11-16 18:15:4\u0666,1,1\n", 2, "'timestamp': got"),
     # must not build a million-digit integer before the range check (it hung)
     ("huge exponent length", HEADER + "a,0,1e999999,3\n", 2, "'prompt_tokens': got '1e999999'"),
+    # these overflowed Decimal's exponent: a decimal.Overflow traceback
+    ("huge exponent seconds", "arrival_s,prompt_tokens,output_tokens\n1e999999,1,1\n", 2,
+     "'arrival_s': got '1e999999'; expected a number of seconds >= 0 and below 1e15"),
+    ("huge exponent timestamp", "timestamp,prompt_tokens,output_tokens\n9e999999,1,1\n", 2,
+     "'timestamp': got '9e999999'"),
     ("arrival past int64 ps", HEADER + "a,0,5,3\nb,99999999999999999999,5,3\n", 3,
      "expected at most 9223372036854775807 ps (9223372 s)"),  # in the column's unit
     ("missing value", HEADER + "a,0,5,3\nb,,5,3\n", 3, "'arrival_ps': value is missing"),
