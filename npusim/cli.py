@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand
+from npusim.cli_common import OnceOptionsCommand, hw_option, mode_option, set_option
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError
 
@@ -91,12 +91,9 @@ def _simulate_with_progress(simulate, config, quiet: bool):
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO",
                                     help="Scenario YAML (hardware + workload + run)."),
-    hw: Optional[Path] = typer.Option(None, "--hw", metavar="FILE",
-                                      help="Replace the scenario's hardware with this YAML."),
-    set_: List[str] = typer.Option([], "--set", metavar="PATH=VALUE",
-                                   help="Override a field: PATH=VALUE (repeatable)."),
-    mode: Optional[str] = typer.Option(None, "--mode", metavar="tlm|analytic",
-                                       help="Fidelity: tlm or analytic."),
+    hw: Optional[Path] = hw_option(),
+    set_: List[str] = set_option(),
+    mode: Optional[str] = mode_option(),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Output directory (default out/<name>)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table."),
@@ -219,6 +216,7 @@ def validate(
 
 
 from npusim.cli_sweep import register as _register_sweep; _register_sweep(app)  # noqa: E402,E702
+from npusim.cli_capacity import register as _register_capacity; _register_capacity(app)  # noqa: E402,E702
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,24 @@ from typer.core import TyperCommand
 
 from npusim.core.errors import NpusimError
 
-__all__ = ["guard", "OnceOptionsCommand"]
+__all__ = ["guard", "OnceOptionsCommand", "hw_option", "set_option", "mode_option"]
+
+
+def hw_option() -> Any:
+    """``--hw FILE``, as ``run`` and ``capacity`` take it."""
+    return typer.Option(None, "--hw", metavar="FILE",
+                        help="Replace the scenario's hardware with this YAML.")
+
+
+def set_option() -> Any:
+    """``--set PATH=VALUE`` (repeatable)."""
+    return typer.Option([], "--set", metavar="PATH=VALUE",
+                        help="Override a field: PATH=VALUE (repeatable).")
+
+
+def mode_option() -> Any:
+    """``--mode tlm|analytic``."""
+    return typer.Option(None, "--mode", metavar="tlm|analytic", help="Fidelity: tlm or analytic.")
 
 
 def guard(action: Callable[[], Any]) -> Any:

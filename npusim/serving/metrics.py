@@ -76,6 +76,11 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     # Queueing: arrival to the first iteration the request is in (its prefill starts).
     metrics.update(_summary([(s.first_scheduled_ps - s.request.arrival_ps) * ms for s in done],
                             "queue_ms"))
+    # The load offered: arrivals per second between the first and the last arrival (0 when
+    # the trace has no span: one request, or every request at once).
+    arrivals = [s.request.arrival_ps for s in states]
+    span_ps = max(arrivals, default=0) - min(arrivals, default=0)
+    metrics["offered_requests_per_s"] = (len(arrivals) - 1) / (span_ps / 1e12) if span_ps else 0.0
     metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0
     metrics["throughput_requests_per_s"] = len(done) / seconds if seconds else 0.0
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0

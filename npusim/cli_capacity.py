@@ -1,0 +1,87 @@
+"""``npusim capacity``: the highest request rate a serving scenario sustains within its
+SLO (:mod:`npusim.sweep.capacity`); registered on the main app by :func:`register`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from npusim.cli_common import OnceOptionsCommand, hw_option, mode_option, set_option
+from npusim.cli_common import guard as _guard
+
+
+def capacity(
+    scenario: Path = typer.Argument(..., metavar="SCENARIO",
+                                    help="Serving scenario YAML (its trace is replayed faster "
+                                    "or slower)."),
+    hw: Optional[Path] = hw_option(),
+    set_: List[str] = set_option(),
+    mode: Optional[str] = mode_option(),
+    attainment: float = typer.Option(0.9, "--attainment", metavar="SHARE",
+                                     help="Share of requests that must meet workload.slo."),
+    tolerance: float = typer.Option(0.05, "--tolerance", metavar="REL",
+                                    help="Stop when the meeting and missing rates are this "
+                                    "close (relative)."),
+    max_probes: int = typer.Option(16, "--max-probes", metavar="N",
+                                   help="At most this many simulations."),
+    out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
+                                      help="Where capacity.json and capacity.csv go "
+                                      "(default out/capacity/<name>)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the result line."),
+) -> None:
+    """Search the highest request rate at which at least --attainment of the requests
+    meet the scenario's SLO: simulate its trace at a rate_scale, double or halve until
+    one probe meets the target and one misses it, then bisect."""
+    from npusim.config.loader import load_scenario
+    from npusim.core.errors import ConfigError, NpusimError
+    from npusim.core.output_paths import check_output_dir, option_path
+    from npusim.sweep.capacity import find_capacity
+
+    def action() -> None:
+        out_path = option_path(out, "--out", "a directory for the results")
+        overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
+        config = load_scenario(scenario, overrides, hw)
+        out_dir = check_output_dir(out_path or Path("out") / "capacity" / config.name)
+        try:
+            found = find_capacity(config, target_attainment=attainment, tolerance=tolerance,
+                                  max_probes=max_probes, progress=_printer(quiet))
+        except ConfigError as exc:
+            problems = [(f"--{path.replace('_', '-').replace('target-', '')}"
+                         if path in ("target_attainment", "tolerance", "max_probes") else path,
+                         message) for path, message in exc.problems]
+            raise ConfigError(str(scenario), problems) from None
+        except NpusimError as exc:
+            raise type(exc)(f"{scenario}: {exc}") from None
+        found.write(out_dir)
+        best = found.best
+        if found.status == "found":
+            typer.echo(f"capacity: {best.offered_requests_per_s:.4g} req/s meets the SLO for "
+                       f"{100 * best.slo_attainment:.1f}% of the requests (target "
+                       f"{100 * attainment:g}%); {found.first_miss.offered_requests_per_s:.4g} "
+                       f"req/s misses it" + (f" ({found.note})" if found.note else ""))
+        else:
+            typer.echo(f"capacity: {found.status.replace('_', ' ')}: {found.note}")
+        if not quiet:
+            typer.echo(f"results written to {out_dir}/")
+
+    _guard(action)
+
+
+def _printer(quiet: bool):
+    """One line per probe as it finishes (a probe is a whole simulation: seconds)."""
+    if quiet:
+        return None
+
+    def show(probe) -> None:
+        typer.echo(f"  rate_scale {probe.rate_scale:<10.5g} {probe.offered_requests_per_s:>10.4g} "
+                   f"req/s  SLO met {100 * probe.slo_attainment:5.1f}%  TTFT p90 "
+                   f"{probe.ttft_ms_p90:8.1f} ms  TBT {probe.tbt_ms_mean:7.1f} ms  "
+                   f"{'meets' if probe.meets_target else 'misses'}")
+    return show
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``capacity`` command to ``app``."""
+    app.command("capacity", cls=OnceOptionsCommand)(capacity)

@@ -1,0 +1,253 @@
+"""Capacity search: the highest request rate a serving scenario sustains within its SLO.
+
+The question serving studies ask of a configuration (DistServe's "goodput", Vidur's
+capacity search): how many requests per second can it take while at least a target share
+of them (90% by default) meets ``workload.slo``?  Each probe is one full simulation of
+the scenario's own trace with its arrivals compressed or stretched by
+``workload.trace.rate_scale`` (so the mix of prompt and output lengths is the trace's);
+the search doubles or halves the scale until one probe meets the target and one misses
+it, then bisects geometrically until the two are within ``tolerance`` of each other.
+
+The answer is a boundary between a meeting and a missing probe.  SLO attainment usually
+falls monotonically with load, but a short trace can make it ragged; sweep
+``workload.trace.rate_scale`` (``npusim sweep``) to see the whole curve.
+
+>>> from npusim.sweep.capacity import find_capacity               # doctest: +SKIP
+>>> found = find_capacity("workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml")
+>>> found.max_requests_per_s, found.table()
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+
+from npusim.core.errors import ConfigError, OutputError, TraceError
+
+__all__ = ["CapacityProbe", "CapacityResult", "find_capacity"]
+
+Status = Literal["found", "none_meets", "all_meet"]
+
+
+@dataclass(frozen=True)
+class CapacityProbe:
+    """One simulation of the search: the load it offered and how the SLO fared."""
+
+    rate_scale: float
+    requests: int
+    offered_requests_per_s: float
+    slo_attainment: float
+    goodput_requests_per_s: float
+    ttft_ms_p90: float
+    tbt_ms_mean: float
+    requests_rejected: int
+    meets_target: bool
+
+    @property
+    def arrival_span_ms(self) -> float:
+        """From the first arrival to the last."""
+        return 1e3 * (self.requests - 1) / self.offered_requests_per_s
+
+    @property
+    def burst(self) -> bool:
+        """Whether the requests all arrive before most of them get their first token."""
+        return self.arrival_span_ms < self.ttft_ms_p90
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """The outcome of :func:`find_capacity`.
+
+    ``best`` is the highest-rate probe that met the target and ``first_miss`` the
+    lowest-rate one that missed it.  ``status`` is ``found`` when the two bracket the
+    capacity (within ``tolerance`` unless ``note`` says the probes ran out);
+    ``none_meets`` when even the lowest rate probed misses the target (the requests miss
+    the SLO without load, or the search ran out of probes or of trace span going down);
+    ``all_meet`` when the probes ran out before any missed it (``best`` is then a lower
+    bound).  ``note`` says why in words.
+    """
+
+    scenario: str
+    target_attainment: float
+    tolerance: float
+    slo: dict[str, float]
+    status: Status
+    probes: tuple[CapacityProbe, ...]
+    best: CapacityProbe | None
+    first_miss: CapacityProbe | None
+    note: str = ""
+
+    @property
+    def max_requests_per_s(self) -> float | None:
+        """The highest offered rate that met the target (None if none did)."""
+        return self.best.offered_requests_per_s if self.best else None
+
+    def table(self):
+        """The probes as a pandas DataFrame, one row per probe, by rate."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(p) for p in sorted(self.probes, key=lambda p: p.rate_scale)],
+                            columns=list(CapacityProbe.__dataclass_fields__))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the probes in the order they ran)."""
+        out = asdict(self)
+        out["probes"] = [asdict(p) for p in self.probes]
+        out["max_requests_per_s"] = self.max_requests_per_s
+        return out
+
+    def write(self, out_dir: str | Path) -> Path:
+        """Write ``capacity.json`` and ``capacity.csv`` (the probes) into ``out_dir``;
+        each file appears whole or not at all."""
+        from npusim.core.output_paths import check_output_dir
+
+        out = check_output_dir(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        texts = {"capacity.csv": self.table().to_csv(index=False),
+                 "capacity.json": json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"}
+        for name, text in texts.items():
+            if (out / name).is_dir():
+                raise OutputError(f"{out / name}: is a directory; expected to write a file there")
+            try:
+                with tempfile.NamedTemporaryFile("w", dir=out, prefix=f".{name}.",
+                                                 delete=False) as handle:
+                    handle.write(text)
+                os.replace(handle.name, out / name)
+            except OSError as exc:
+                raise OutputError(f"{out / name}: cannot write ({exc.strerror or exc})") from None
+        return out
+
+
+def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
+    """Whether the latencies of two probes a factor of two apart are within 1%: the load
+    no longer matters (going down with arrivals spread out: requests no longer wait for
+    each other; going up in a burst: the trace cannot arrive any faster)."""
+    return (abs(lower.ttft_ms_p90 - higher.ttft_ms_p90) <= 0.01 * higher.ttft_ms_p90
+            and abs(lower.tbt_ms_mean - higher.tbt_ms_mean) <= 0.01 * max(higher.tbt_ms_mean, 1e-9))
+
+
+def _check_arguments(target_attainment: Any, tolerance: Any, max_probes: Any) -> None:
+    problems = []
+    if isinstance(target_attainment, bool) or not isinstance(target_attainment, (int, float)) \
+            or not 0 < target_attainment <= 1:
+        problems.append(("target_attainment", f"got {target_attainment!r}; expected a share "
+                                              "in (0, 1], e.g. 0.9"))
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+            or not 0.001 <= tolerance <= 1:
+        problems.append(("tolerance", f"got {tolerance!r}; expected a relative bracket width "
+                                      "from 0.001 to 1, e.g. 0.05"))
+    if isinstance(max_probes, bool) or not isinstance(max_probes, int) \
+            or not 2 <= max_probes <= 100:
+        problems.append(("max_probes", f"got {max_probes!r}; expected an integer from 2 to 100"))
+    if problems:
+        raise ConfigError("find_capacity", problems)
+
+
+def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: float = 0.05,
+                  max_probes: int = 16, mode: str | None = None, overrides: Iterable[str] = (),
+                  progress: Callable[[CapacityProbe], None] | None = None) -> CapacityResult:
+    """Search the highest request rate at which ``config`` (a serving scenario: path,
+    mapping or Scenario, with ``overrides`` as on the command line) meets its SLO for at
+    least ``target_attainment`` of the requests.
+
+    The search starts at the trace's own ``rate_scale``, doubles or halves it until the
+    target is bracketed, then bisects until the meeting and missing scales differ by at
+    most ``tolerance`` (relative), spending at most ``max_probes`` simulations.
+    ``progress(probe)`` is called after each.  Deterministic: the same scenario gives
+    the same probes.
+    """
+    from npusim.api import _as_scenario, simulate
+
+    _check_arguments(target_attainment, tolerance, max_probes)
+    scenario = _as_scenario(config, list(overrides))
+    source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
+    workload = scenario.workload
+    if getattr(workload, "kind", None) != "serving":
+        raise ConfigError(source, [("workload.kind", f"got {getattr(workload, 'kind', None)!r}; "
+                                    "a capacity search needs a serving workload (kind: serving)")])
+    probes: list[CapacityProbe] = []
+
+    def probe(scale: float) -> CapacityProbe:
+        metrics = simulate(scenario, mode=mode,
+                           overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
+        if not metrics["offered_requests_per_s"]:
+            raise ConfigError(source, [("workload.trace", "every request arrives at the same "
+                                        "time, so rate_scale cannot change the load; expected "
+                                        "a trace whose arrivals are spread in time")])
+        result = CapacityProbe(
+            rate_scale=scale, requests=metrics["requests_total"], offered_requests_per_s=metrics["offered_requests_per_s"],
+            slo_attainment=metrics["slo_attainment"],
+            goodput_requests_per_s=metrics["goodput_requests_per_s"],
+            ttft_ms_p90=metrics["ttft_ms_p90"], tbt_ms_mean=metrics["tbt_ms_mean"],
+            requests_rejected=metrics["requests_rejected"],
+            meets_target=metrics["slo_attainment"] >= target_attainment)
+        probes.append(result)
+        if progress is not None:
+            progress(result)
+        return result
+
+    meet: CapacityProbe | None = None  # the highest-rate probe meeting the target so far
+    miss: CapacityProbe | None = None  # the lowest-rate probe missing it
+    scale, note = float(workload.trace.rate_scale), ""
+    # Bracket: double while the target holds, halve while it does not.
+    while len(probes) < max_probes and (meet is None or miss is None):
+        try:
+            found = probe(scale)
+        except TraceError as exc:  # arrivals stretched past what a run can hold
+            if not probes:  # the scenario's own trace: not the search's doing
+                raise
+            note = f"stopped going down at rate_scale {scale!r}: {exc}"
+            break
+        if found.meets_target:
+            if meet is not None and miss is None and found.burst and _unchanged(meet, found):
+                meet = found
+                note = (f"doubling the rate no longer changes the latencies (TTFT p90 "
+                        f"{found.ttft_ms_p90:.4g} ms, TBT {found.tbt_ms_mean:.4g} ms at "
+                        f"{found.offered_requests_per_s:.4g} req/s): the trace arrives as one "
+                        "burst and still meets the SLO, so it is too short to find the "
+                        "capacity; use more requests (workload.trace.limit, num_requests)")
+                break
+            meet = found
+            scale *= 2
+            continue
+        if miss is not None and meet is None and not found.burst and _unchanged(found, miss):
+            miss = found
+            note = (f"halving the rate no longer changes the latencies (TTFT p90 "
+                    f"{found.ttft_ms_p90:.4g} ms, TBT {found.tbt_ms_mean:.4g} ms at "
+                    f"{found.offered_requests_per_s:.4g} req/s): the requests miss the SLO "
+                    "without any load; compare them with workload.slo")
+            break
+        miss = found
+        scale /= 2
+    # Bisect (geometrically: rates span orders of magnitude) until the bracket is narrow.
+    while meet is not None and miss is not None and len(probes) < max_probes \
+            and miss.rate_scale / meet.rate_scale > 1 + tolerance:
+        found = probe(math.sqrt(meet.rate_scale * miss.rate_scale))
+        if found.meets_target:
+            meet = found
+        else:
+            miss = found
+    if meet is None:
+        status: Status = "none_meets"
+        assert miss is not None  # the first probe either meets or misses; errors propagate
+        note = note or (f"even rate_scale {miss.rate_scale!r} ({miss.offered_requests_per_s:.4g} "
+                        f"req/s) meets the SLO for only {100 * miss.slo_attainment:.1f}% of the "
+                        "requests; compare a lone request's TTFT and TBT with workload.slo")
+    elif miss is None:
+        status = "all_meet"
+        note = note or (f"every probe met the target; {meet.offered_requests_per_s:.4g} req/s is a lower "
+                "bound (raise max_probes, or start higher with workload.trace.rate_scale)")
+    else:
+        status = "found"
+        if miss.rate_scale / meet.rate_scale > 1 + tolerance:
+            note = (f"the probes ran out with the bracket {miss.rate_scale / meet.rate_scale:.3g}x "
+                    "wide (raise max_probes)")
+    slo = {"ttft_ms": workload.slo.ttft_ms, "tbt_ms": workload.slo.tbt_ms}
+    return CapacityResult(scenario=scenario.name, target_attainment=target_attainment,
+                          tolerance=tolerance, slo=slo, status=status, probes=tuple(probes),
+                          best=meet, first_miss=miss, note=note)

@@ -1,0 +1,150 @@
+"""Capacity search (npusim.sweep.capacity): the search logic against a stand-in
+simulator with a known capacity, then real runs through the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import npusim.api
+from npusim.cli import main
+from npusim.config.presets import REPO_ROOT
+from npusim.core.errors import ConfigError
+from npusim.sweep.capacity import find_capacity
+
+DISAGG = REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_disagg.yaml"
+QUICKSTART = REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml"
+
+
+class _Result:
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+
+def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms=50.0,
+             ttft_slo_ms=1000.0, calls=None):
+    """A simulate() whose requests all meet the SLO up to ``capacity_per_s`` and half of
+    them past it; TTFT grows with the backlog (the work the trace brings beyond what
+    its span gives time for) and stops growing once the trace arrives as one burst."""
+    def simulate(config, mode=None, overrides=()):
+        (override,) = overrides
+        scale = float(override.split("=", 1)[1])
+        offered = base_rate_per_s * scale
+        if calls is not None:
+            calls.append(scale)
+        span_s = (requests - 1) / offered
+        ttft = lone_ttft_ms + 1e3 * max(0.0, requests / capacity_per_s - span_s)
+        share = 1.0 if offered <= capacity_per_s and lone_ttft_ms <= ttft_slo_ms else 0.5
+        return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
+                        "goodput_requests_per_s": min(offered, capacity_per_s) * share,
+                        "ttft_ms_p90": ttft, "tbt_ms_mean": 20.0, "requests_rejected": 0,
+                        "requests_total": requests})
+    return simulate
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("capacity", [3.3, 47.0, 1234.0])
+def test_the_search_brackets_a_known_capacity_within_the_tolerance(capacity, monkeypatch):
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(capacity))
+    found = find_capacity(DISAGG, tolerance=0.05, max_probes=30)
+    assert found.status == "found" and found.note == ""
+    low, high = found.best.offered_requests_per_s, found.first_miss.offered_requests_per_s
+    assert found.best.meets_target and not found.first_miss.meets_target
+    assert low <= high <= low * 1.05
+    assert low <= capacity < high
+    assert found.max_requests_per_s == low
+    assert list(found.table()["rate_scale"]) == sorted(p.rate_scale for p in found.probes)
+
+
+@pytest.mark.unit
+def test_the_search_is_deterministic_and_keeps_to_its_probe_budget(monkeypatch):
+    calls: list[float] = []
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, calls=calls))
+    first = find_capacity(DISAGG, tolerance=0.001, max_probes=7)
+    assert len(first.probes) == 7 == len(calls)
+    assert first.status == "found" and "probes ran out" in first.note
+    assert find_capacity(DISAGG, tolerance=0.001, max_probes=7) == first
+
+
+@pytest.mark.unit
+def test_a_trace_too_short_to_overload_stops_at_the_burst(monkeypatch):
+    # 3 requests that never queue: all at once they meet the SLO; doubling is pointless
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(math.inf, requests=3))
+    found = find_capacity(DISAGG, max_probes=40)
+    assert found.status == "all_meet" and found.first_miss is None
+    assert "too short to find the capacity" in found.note
+    assert found.probes[-1].burst and len(found.probes) < 40
+
+
+@pytest.mark.unit
+def test_requests_that_miss_the_slo_unloaded_stop_the_search_going_down(monkeypatch):
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, lone_ttft_ms=1500.0))
+    found = find_capacity(DISAGG, max_probes=40)
+    assert found.status == "none_meets" and found.best is None
+    assert "miss the SLO without any load" in found.note and len(found.probes) < 10
+    assert found.max_requests_per_s is None
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"target_attainment": 0}, "target_attainment: got 0; expected a share in (0, 1]"),
+    ({"target_attainment": True}, "target_attainment: got True"),
+    ({"tolerance": 0.0}, "tolerance: got 0.0"),
+    ({"max_probes": 1}, "max_probes: got 1; expected an integer from 2 to 100"),
+    ({"max_probes": 2.5}, "max_probes: got 2.5"),
+])
+def test_bad_search_arguments_are_named(kwargs, fragment):
+    with pytest.raises(ConfigError) as info:
+        find_capacity(DISAGG, **kwargs)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.component
+def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys):
+    # the shipped 32 requests and a 45 ms TTFT budget (a lone prompt takes ~41 ms):
+    # 8 quick probes bracket it within 25%
+    out = tmp_path / "cap"
+    with pytest.raises(SystemExit) as info:
+        main(["capacity", str(DISAGG), "--set", "workload.slo.ttft_ms=45", "--tolerance", "0.25",
+              "--max-probes", "8", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert (info.value.code or 0) == 0, captured.err
+    assert "capacity: " in captured.out and "rate_scale 1 " in captured.out
+    found = json.loads((out / "capacity.json").read_text())
+    table = (out / "capacity.csv").read_text().splitlines()
+    assert len(table) == 1 + len(found["probes"]) <= 9
+    assert found["status"] == "found" and found["slo"] == {"ttft_ms": 45.0, "tbt_ms": 200.0}
+    best, miss = found["best"], found["first_miss"]
+    assert best["slo_attainment"] >= 0.9 > miss["slo_attainment"]
+    assert best["rate_scale"] < miss["rate_scale"] <= 1.25 * best["rate_scale"]
+    assert all(p["requests"] == 32 for p in found["probes"])
+    # the offered rate is the trace's own, scaled
+    base = found["probes"][0]
+    assert base["rate_scale"] == 1.0
+    assert math.isclose(best["offered_requests_per_s"],
+                        base["offered_requests_per_s"] * best["rate_scale"], rel_tol=1e-9)
+
+
+@pytest.mark.component
+@pytest.mark.parametrize("args, fragment", [
+    (["--attainment", "1.5"], "--attainment: got 1.5"),
+    (["--max-probes", "1"], "--max-probes: got 1"),
+    (["--set", "workload.slo.ttft_ms=-1"], "workload.slo.ttft_ms"),
+])
+def test_capacity_command_errors_name_the_option_and_write_nothing(args, fragment, tmp_path, capsys):
+    out = tmp_path / "cap"
+    with pytest.raises(SystemExit) as info:
+        main(["capacity", str(DISAGG), "--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert info.value.code != 0 and err.startswith("error: ") and fragment in err, err
+    assert not out.exists()
+
+
+@pytest.mark.component
+def test_a_workload_that_is_not_serving_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["capacity", str(QUICKSTART), "--out", str(tmp_path / "cap")])
+    err = capsys.readouterr().err
+    assert info.value.code != 0 and "needs a serving workload (kind: serving)" in err, err
