@@ -13,7 +13,7 @@ from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
 
-PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches")
+PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches", "capacity")
 
 
 def sweep(
@@ -75,11 +75,13 @@ def sweep(
 
 def plot(
     source: Path = typer.Argument(..., metavar="SOURCE", help="A sweep directory (npusim "
-                                  "sweep --out) or a run directory (npusim run --out)."),
+                                  "sweep --out), a run directory (npusim run --out) or a "
+                                  "capacity search (npusim capacity --out)."),
     kind: str = typer.Option(..., "--kind", "-k", metavar="KIND",
                              help="line | heatmap | pareto | cdf | "
                              "timeline | batches (a serving run's batch size, KV and queue "
-                             "per replica over time)"),
+                             "per replica over time) | capacity (SLO attainment against "
+                             "offered load)"),
     x: Optional[str] = typer.Option(None, "--x", "-x", metavar="COLUMN",
                                     help="x column (line: a parameter; "
                                     "heatmap: a parameter; pareto: a metric)."),
@@ -100,7 +102,8 @@ def plot(
                                       help="Figure file (.png/.svg/.pdf; "
                                        "default SOURCE/plot-KIND.png)."),
 ) -> None:
-    """Plot a sweep (line, heatmap, pareto, cdf) or a run (timeline, cdf, batches) to PNG/SVG."""
+    """Plot a sweep (line, heatmap, pareto, cdf), a run (timeline, cdf, batches) or a
+    capacity search (capacity) to PNG, SVG or PDF."""
     from npusim import analysis
     from npusim.analysis.frames import MAX_BINS
     from npusim.analysis.plots import check_figure_path
@@ -126,7 +129,9 @@ def plot(
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
         is_run = (source / "ops.csv").is_file()
-        if kind == "batches":
+        if kind == "capacity":
+            figure = analysis.plot_capacity(source)
+        elif kind == "batches":
             if not (source / "iterations.csv").is_file():
                 raise NpusimError(f"{source}: --kind batches needs a serving run directory "
                                   "with iterations.csv (npusim run SCENARIO --out DIR, a "

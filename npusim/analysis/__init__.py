@@ -11,13 +11,15 @@ pandas and matplotlib load on first use, so ``import npusim.analysis`` is cheap.
 from __future__ import annotations
 
 __all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_samples",
-           "request_table", "iteration_table", "plot_serving_timeline",
+           "request_table", "iteration_table", "plot_serving_timeline", "capacity_probes",
+           "plot_capacity",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "AnalysisError"]
 
 _HOMES = {"load_sweep": "frames", "pareto_front": "frames", "utilisation_timeline": "frames",
           "latency_samples": "frames", "request_table": "frames", "AnalysisError": "frames",
           "iteration_table": "frames", "plot_serving_timeline": "plots",
+          "capacity_probes": "frames", "plot_capacity": "plots",
           "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
           "plot_latency_cdf": "plots", "plot_utilisation_timeline": "plots",
           "save_figure": "plots"}

@@ -386,6 +386,42 @@ def iteration_table(source: Any) -> "pd.DataFrame | None":
     return None
 
 
+#: The columns of capacity.csv a capacity plot reads.
+CAPACITY_COLUMNS = ("offered_requests_per_s", "slo_attainment", "ttft_ms_p90", "tbt_ms_mean",
+                    "meets_target")
+
+
+def capacity_probes(source: Any) -> tuple["pd.DataFrame", dict[str, Any]]:
+    """``(probes, summary)`` of a capacity search: a
+    :class:`~npusim.sweep.capacity.CapacityResult` or the directory ``npusim capacity
+    --out`` wrote (capacity.csv, capacity.json).  The summary has at least
+    ``target_attainment`` and ``max_requests_per_s`` (None if no rate met the target).  A
+    missing or damaged file is an :class:`AnalysisError` naming it."""
+    if hasattr(source, "probes") and hasattr(source, "to_dict"):
+        return source.table(), source.to_dict()
+    directory = Path(source)
+    summary_path = directory / "capacity.json"
+    if not summary_path.is_file():
+        raise AnalysisError(f"{directory}: no capacity.json; expected the directory "
+                            "`npusim capacity SCENARIO --out DIR` writes")
+    frame = read_table(directory / "capacity.csv", "capacity probes", "probe",
+                       required=CAPACITY_COLUMNS,
+                       times={c: True for c in CAPACITY_COLUMNS[:4]})
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        target, best = summary["target_attainment"], summary["max_requests_per_s"]
+        if isinstance(target, bool) or not isinstance(target, (int, float)) \
+                or (best is not None and not isinstance(best, (int, float))):
+            raise TypeError
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise AnalysisError(f"{summary_path}: not the summary `npusim capacity` writes "
+                            "(a JSON object with target_attainment and "
+                            "max_requests_per_s)") from None
+    if frame.empty:
+        raise AnalysisError(f"{directory / 'capacity.csv'}: no probes to plot")
+    return frame, summary
+
+
 def _expand_lists(values: "pd.Series", column: str) -> "pd.Series":
     """A column of JSON lists (how the store keeps list metrics) as one sample per item."""
     import pandas as pd

@@ -269,6 +269,68 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     return figure
 
 
+def plot_capacity(source: Any, title: str | None = None) -> "Figure":
+    """A capacity search (:func:`npusim.sweep.capacity.find_capacity`, or the directory
+    ``npusim capacity --out`` wrote): SLO attainment against the offered request rate,
+    with the target and the capacity found, above the TTFT p90 and mean TBT of each
+    probe."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from npusim.analysis.frames import capacity_probes
+
+    from matplotlib.ticker import FuncFormatter
+
+    frame, summary = capacity_probes(source)
+    target, best = float(summary["target_attainment"]), summary["max_requests_per_s"]
+    frame = frame.sort_values("offered_requests_per_s")
+    figure = Figure(figsize=(7.0, 6.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    rate = frame["offered_requests_per_s"]
+    top.plot(rate, 100.0 * frame["slo_attainment"], color="0.6", zorder=1)
+    for meets, marker, label in ((True, "o", "meets the target"), (False, "x", "misses it")):
+        rows = frame[frame["meets_target"] == meets]
+        top.scatter(rows["offered_requests_per_s"], 100.0 * rows["slo_attainment"],
+                    marker=marker, label=label, zorder=2)
+    top.axhline(100.0 * target, color="k", linestyle=":", linewidth=1,
+                label=f"target {100 * target:g}%")
+    bottom.plot(rate, frame["ttft_ms_p90"], marker=".", label="TTFT p90")
+    bottom.plot(rate, frame["tbt_ms_mean"], marker=".", label="TBT mean")
+    if best is not None:
+        for ax in (top, bottom):
+            ax.axvline(best, color="tab:green", linestyle="--", linewidth=1)
+        top.annotate(f"capacity {best:.4g} req/s ", (best, 100.0 * target), fontsize="small",
+                     color="tab:green", va="bottom", ha="right")
+    top.set_ylabel("requests within the SLO (%)", fontsize="small")
+    bottom.set_ylabel("latency (ms)", fontsize="small")
+    bottom.set_yscale("log")
+    bottom.set_xlabel("offered load (requests/s)")
+    for ax in (top, bottom):
+        ax.set_xscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="best")
+    for axis in (bottom.xaxis, bottom.yaxis):  # 20, 50, 100 rather than 2x10^1 ...
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(FuncFormatter(_log_minor_label))
+    slo = summary.get("slo") or {}
+    within = (f" (SLO: TTFT <= {slo['ttft_ms']:g} ms, mean TBT <= {slo['tbt_ms']:g} ms)"
+              if isinstance(slo, dict) and {"ttft_ms", "tbt_ms"} <= slo.keys() else "")
+    top.set_title(title or f"capacity search{within}", fontsize="medium")
+    return figure
+
+
+def _log_minor_label(value: float, _position: Any = None) -> str:
+    """Minor tick labels of a log axis: only 2x, 3x and 5x a power of ten, so a decade
+    shows '20', '30', '50' but a span of several decades is not crowded."""
+    import math
+
+    if value <= 0:
+        return ""
+    leading = round(value / 10 ** math.floor(math.log10(value)))
+    return f"{value:g}" if leading in (2, 3, 5) else ""
+
+
 def check_figure_path(path: str | Path, option: str | None = None) -> Path:
     """``path`` as a figure file that can be written, checked before drawing: not a
     directory, a file name with a known suffix (:class:`AnalysisError`), under

@@ -125,6 +125,29 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
     assert base["rate_scale"] == 1.0
     assert math.isclose(best["offered_requests_per_s"],
                         base["offered_requests_per_s"] * best["rate_scale"], rel_tol=1e-9)
+    # and it plots
+    with pytest.raises(SystemExit) as info:
+        main(["plot", str(out), "--kind", "capacity"])
+    assert (info.value.code or 0) == 0, capsys.readouterr().err
+    assert (out / "plot-capacity.png").stat().st_size > 10_000
+
+
+@pytest.mark.unit
+def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, monkeypatch):
+    from npusim import analysis
+
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0))
+    found = find_capacity(DISAGG, max_probes=8)
+    figure = analysis.plot_capacity(found)
+    top = figure.axes[0]
+    assert "TTFT <= 2000 ms, mean TBT <= 200 ms" in top.get_title()  # the scenario's SLO
+    assert any("capacity" in text.get_text() for text in top.texts)
+    found.write(tmp_path)
+    (tmp_path / "capacity.json").write_text('{"target_attainment": "high"}')
+    with pytest.raises(analysis.AnalysisError, match="capacity.json: not the summary"):
+        analysis.plot_capacity(tmp_path)
+    with pytest.raises(analysis.AnalysisError, match="no capacity.json"):
+        analysis.plot_capacity(tmp_path / "elsewhere")
 
 
 @pytest.mark.component
