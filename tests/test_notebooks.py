@@ -13,7 +13,8 @@ FIGURES = {
     "00_quickstart": ["utilisation_timeline.png", "task_duration_cdf.png"],
     "01_npu_design_space": ["fig8_shape.png", "grid_heatmap.png", "grid_pareto.png"],
     "02_serving_pd": ["io_latency_heatmap.png", "prefill_share.png", "latency_cdf.png",
-                      "pd_modes.png", "request_latency_cdf.png", "serving_batches.png"],
+                      "pd_modes.png", "request_latency_cdf.png", "serving_batches.png",
+                      "capacity.png"],
 }
 
 
