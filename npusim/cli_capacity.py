@@ -35,32 +35,46 @@ def capacity(
     meet the scenario's SLO: simulate its trace at a rate_scale, double or halve until
     one probe meets the target and one misses it, then bisect."""
     from npusim.config.loader import load_scenario
-    from npusim.core.errors import ConfigError, NpusimError
+    from npusim.core.errors import NpusimError
     from npusim.core.output_paths import check_output_dir, option_path
-    from npusim.sweep.capacity import find_capacity
+    from npusim.sweep.capacity import argument_problems, find_capacity
 
     def action() -> None:
+        options = {"target_attainment": "--attainment", "tolerance": "--tolerance",
+                   "max_probes": "--max-probes"}
+        for name, message in argument_problems(attainment, tolerance, max_probes):
+            raise NpusimError(f"{options[name]}: {message}")
         out_path = option_path(out, "--out", "a directory for the results")
         overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
         config = load_scenario(scenario, overrides, hw)
         out_dir = check_output_dir(out_path or Path("out") / "capacity" / config.name)
+        done: list = []
+        show = _printer(quiet)
+
+        def progress(probe) -> None:
+            done.append(probe)
+            if show is not None:
+                show(probe)
         try:
             found = find_capacity(config, target_attainment=attainment, tolerance=tolerance,
-                                  max_probes=max_probes, progress=_printer(quiet))
-        except ConfigError as exc:
-            problems = [(f"--{path.replace('_', '-').replace('target-', '')}"
-                         if path in ("target_attainment", "tolerance", "max_probes") else path,
-                         message) for path, message in exc.problems]
-            raise ConfigError(str(scenario), problems) from None
-        except NpusimError as exc:
-            raise type(exc)(f"{scenario}: {exc}") from None
+                                  max_probes=max_probes, progress=progress,
+                                  source=str(scenario))
+        except KeyboardInterrupt:  # keep the probes that finished
+            _write_partial(done, out_dir)
+            raise
+        except NpusimError as exc:  # a valid scenario that cannot run: name the file
+            if str(exc).startswith(f"{scenario}:"):
+                raise
+            wrapped = NpusimError(f"{scenario}: {exc}")
+            wrapped.exit_code = exc.exit_code
+            raise wrapped from None
         found.write(out_dir)
         best = found.best
         if found.status == "found":
             typer.echo(f"capacity: {best.offered_requests_per_s:.4g} req/s meets the SLO for "
                        f"{100 * best.slo_attainment:.1f}% of the requests (target "
                        f"{100 * attainment:g}%); {found.first_miss.offered_requests_per_s:.4g} "
-                       f"req/s misses it" + (f" ({found.note})" if found.note else ""))
+                       f"req/s misses it" + (f"; {found.note}" if found.note else ""))
         else:
             typer.echo(f"capacity: {found.status.replace('_', ' ')}: {found.note}")
         if not quiet:
@@ -78,8 +92,24 @@ def _printer(quiet: bool):
         typer.echo(f"  rate_scale {probe.rate_scale:<10.5g} {probe.offered_requests_per_s:>10.4g} "
                    f"req/s  SLO met {100 * probe.slo_attainment:5.1f}%  TTFT p90 "
                    f"{probe.ttft_ms_p90:8.1f} ms  TBT {probe.tbt_ms_mean:7.1f} ms  "
-                   f"{'meets' if probe.meets_target else 'misses'}")
+                   f"{'meets' if probe.meets_target else 'misses'}"
+                   + (f"  ({probe.requests_rejected} rejected)" if probe.requests_rejected else ""))
     return show
+
+
+def _write_partial(probes: list, out_dir: Path) -> None:
+    """On Ctrl-C: the finished probes as capacity.csv (no summary: there is no result)."""
+    if not probes:
+        return
+    import pandas as pd
+
+    from npusim.sweep.capacity import CapacityProbe
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame([vars(p) for p in probes], columns=list(CapacityProbe.__dataclass_fields__))
+    frame.to_csv(out_dir / "capacity.csv", index=False)
+    typer.echo(f"interrupted: the {len(probes)} finished probes are in {out_dir}/capacity.csv",
+               err=True)
 
 
 def register(app: typer.Typer) -> None:

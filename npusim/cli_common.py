@@ -58,8 +58,12 @@ class OnceOptionsCommand(TyperCommand):
         for token in tokens:
             if token == "--":
                 break
-            name, has_value = (token.split("=", 1)[0], "=" in token) if token.startswith("--") \
-                else (token, False)
+            if token.startswith("--"):
+                name, has_value = token.split("=", 1)[0], "=" in token
+            elif token.startswith("-") and len(token) > 2 and token[:2] in options:
+                name, has_value = token[:2], True  # '-kline': a short option and its value
+            else:
+                name, has_value = token, False
             param = options.get(name)
             if param is None or param.is_flag or param.count:
                 continue
@@ -67,6 +71,8 @@ class OnceOptionsCommand(TyperCommand):
                 seen.setdefault(param.name or name, (param, []))[1].append(name)
             if not has_value:
                 next(tokens, None)  # the option's value, even if it looks like an option
+        if any(token in ctx.help_option_names for token in args):
+            return super().parse_args(ctx, args)  # --help wins, as click has it
         for param, names in seen.values():
             if len(names) > 1:
                 raise typer.BadParameter(f"given {len(names)} times; give it once (only one "

@@ -23,7 +23,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
@@ -73,6 +73,7 @@ class CapacityResult:
     """
 
     scenario: str
+    mode: str
     target_attainment: float
     tolerance: float
     slo: dict[str, float]
@@ -81,11 +82,13 @@ class CapacityResult:
     best: CapacityProbe | None
     first_miss: CapacityProbe | None
     note: str = ""
+    config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def max_requests_per_s(self) -> float | None:
-        """The highest offered rate that met the target (None if none did)."""
-        return self.best.offered_requests_per_s if self.best else None
+        """The capacity: the highest offered rate that met the target, when a higher
+        one missed it (None otherwise: ``best`` is then at most a lower bound)."""
+        return self.best.offered_requests_per_s if self.status == "found" else None
 
     def table(self):
         """The probes as a pandas DataFrame, one row per probe, by rate."""
@@ -97,19 +100,24 @@ class CapacityResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the probes in the order they ran)."""
         out = asdict(self)
+        del out["config"]  # written beside it as config.resolved.yaml
         out["probes"] = [asdict(p) for p in self.probes]
         out["max_requests_per_s"] = self.max_requests_per_s
         return out
 
     def write(self, out_dir: str | Path) -> Path:
-        """Write ``capacity.json`` and ``capacity.csv`` (the probes) into ``out_dir``;
-        each file appears whole or not at all."""
+        """Write ``capacity.json``, ``capacity.csv`` (the probes) and
+        ``config.resolved.yaml`` (the scenario probed, before its rate_scale) into
+        ``out_dir``; each file appears whole or not at all."""
+        import yaml
+
         from npusim.core.output_paths import check_output_dir
 
         out = check_output_dir(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         texts = {"capacity.csv": self.table().to_csv(index=False),
-                 "capacity.json": json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"}
+                 "capacity.json": json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n",
+                 "config.resolved.yaml": yaml.safe_dump(self.config, sort_keys=False)}
         for name, text in texts.items():
             if (out / name).is_dir():
                 raise OutputError(f"{out / name}: is a directory; expected to write a file there")
@@ -126,12 +134,17 @@ class CapacityResult:
 def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
     """Whether the latencies of two probes a factor of two apart are within 1%: the load
     no longer matters (going down with arrivals spread out: requests no longer wait for
-    each other; going up in a burst: the trace cannot arrive any faster)."""
+    each other; going up in a burst: the trace cannot arrive any faster).  Probes that
+    rejected requests are never alike: their latencies leave the rejected out."""
+    if lower.requests_rejected or higher.requests_rejected:
+        return False
     return (abs(lower.ttft_ms_p90 - higher.ttft_ms_p90) <= 0.01 * higher.ttft_ms_p90
             and abs(lower.tbt_ms_mean - higher.tbt_ms_mean) <= 0.01 * max(higher.tbt_ms_mean, 1e-9))
 
 
-def _check_arguments(target_attainment: Any, tolerance: Any, max_probes: Any) -> None:
+def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any
+                      ) -> list[tuple[str, str]]:
+    """``(argument, message)`` for each search argument out of range (none: all fine)."""
     problems = []
     if isinstance(target_attainment, bool) or not isinstance(target_attainment, (int, float)) \
             or not 0 < target_attainment <= 1:
@@ -144,13 +157,13 @@ def _check_arguments(target_attainment: Any, tolerance: Any, max_probes: Any) ->
     if isinstance(max_probes, bool) or not isinstance(max_probes, int) \
             or not 2 <= max_probes <= 100:
         problems.append(("max_probes", f"got {max_probes!r}; expected an integer from 2 to 100"))
-    if problems:
-        raise ConfigError("find_capacity", problems)
+    return problems
 
 
 def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: float = 0.05,
                   max_probes: int = 16, mode: str | None = None, overrides: Iterable[str] = (),
-                  progress: Callable[[CapacityProbe], None] | None = None) -> CapacityResult:
+                  progress: Callable[[CapacityProbe], None] | None = None,
+                  source: str | None = None) -> CapacityResult:
     """Search the highest request rate at which ``config`` (a serving scenario: path,
     mapping or Scenario, with ``overrides`` as on the command line) meets its SLO for at
     least ``target_attainment`` of the requests.
@@ -158,14 +171,18 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
     The search starts at the trace's own ``rate_scale``, doubles or halves it until the
     target is bracketed, then bisects until the meeting and missing scales differ by at
     most ``tolerance`` (relative), spending at most ``max_probes`` simulations.
-    ``progress(probe)`` is called after each.  Deterministic: the same scenario gives
+    ``progress(probe)`` is called after each; ``source`` names the scenario in error
+    messages (default: its path, else its name).  Deterministic: the same scenario gives
     the same probes.
     """
     from npusim.api import _as_scenario, simulate
 
-    _check_arguments(target_attainment, tolerance, max_probes)
+    problems = argument_problems(target_attainment, tolerance, max_probes)
+    if problems:
+        raise ConfigError("find_capacity", problems)
     scenario = _as_scenario(config, list(overrides))
-    source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
+    if source is None:
+        source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
     workload = scenario.workload
     if getattr(workload, "kind", None) != "serving":
         raise ConfigError(source, [("workload.kind", f"got {getattr(workload, 'kind', None)!r}; "
@@ -175,12 +192,15 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
     def probe(scale: float) -> CapacityProbe:
         metrics = simulate(scenario, mode=mode,
                            overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
-        if not metrics["offered_requests_per_s"]:
-            raise ConfigError(source, [("workload.trace", "every request arrives at the same "
-                                        "time, so rate_scale cannot change the load; expected "
-                                        "a trace whose arrivals are spread in time")])
+        if metrics["requests_total"] < 2 or not metrics["offered_requests_per_s"]:
+            what = ("the trace has one request" if metrics["requests_total"] < 2 else
+                    "every request of the trace arrives at the same time")
+            raise ConfigError(source, [("workload.trace", f"{what}, so rate_scale cannot change "
+                                        "the load; expected a trace of requests arriving over "
+                                        "time (more rows, a higher limit, or a generator)")])
         result = CapacityProbe(
-            rate_scale=scale, requests=metrics["requests_total"], offered_requests_per_s=metrics["offered_requests_per_s"],
+            rate_scale=scale, requests=metrics["requests_total"],
+            offered_requests_per_s=metrics["offered_requests_per_s"],
             slo_attainment=metrics["slo_attainment"],
             goodput_requests_per_s=metrics["goodput_requests_per_s"],
             ttft_ms_p90=metrics["ttft_ms_p90"], tbt_ms_mean=metrics["tbt_ms_mean"],
@@ -198,22 +218,23 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
     while len(probes) < max_probes and (meet is None or miss is None):
         try:
             found = probe(scale)
-        except TraceError as exc:  # arrivals stretched past what a run can hold
-            if not probes:  # the scenario's own trace: not the search's doing
+        except (TraceError, ConfigError) as exc:
+            if not probes:  # the scenario as given: not the search's doing
                 raise
+            # Halving stretched the arrivals past what a run holds (a file trace's
+            # TraceError, a generator's ConfigError): stop there, keep what ran.
             note = f"stopped going down at rate_scale {scale!r}: {exc}"
             break
         if found.meets_target:
             if meet is not None and miss is None and found.burst and _unchanged(meet, found):
                 meet = found
                 note = (f"doubling the rate no longer changes the latencies (TTFT p90 "
-                        f"{found.ttft_ms_p90:.4g} ms, TBT {found.tbt_ms_mean:.4g} ms at "
-                        f"{found.offered_requests_per_s:.4g} req/s): the trace arrives as one "
-                        "burst and still meets the SLO, so it is too short to find the "
-                        "capacity; use more requests (workload.trace.limit, num_requests)")
+                        f"{found.ttft_ms_p90:.4g} ms, TBT {found.tbt_ms_mean:.4g} ms): the "
+                        f"{found.requests} requests arrive as one burst and still meet the "
+                        "SLO, so the trace is too short to find the capacity; use a trace "
+                        "with more requests (a longer file, or a generator's num_requests)")
                 break
-            meet = found
-            scale *= 2
+            meet, scale = found, scale * 2
             continue
         if miss is not None and meet is None and not found.burst and _unchanged(found, miss):
             miss = found
@@ -222,8 +243,7 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
                     f"{found.offered_requests_per_s:.4g} req/s): the requests miss the SLO "
                     "without any load; compare them with workload.slo")
             break
-        miss = found
-        scale /= 2
+        miss, scale = found, scale / 2
     # Bisect (geometrically: rates span orders of magnitude) until the bracket is narrow.
     while meet is not None and miss is not None and len(probes) < max_probes \
             and miss.rate_scale / meet.rate_scale > 1 + tolerance:
@@ -232,22 +252,33 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
             meet = found
         else:
             miss = found
-    if meet is None:
-        status: Status = "none_meets"
-        assert miss is not None  # the first probe either meets or misses; errors propagate
-        note = note or (f"even rate_scale {miss.rate_scale!r} ({miss.offered_requests_per_s:.4g} "
-                        f"req/s) meets the SLO for only {100 * miss.slo_attainment:.1f}% of the "
-                        "requests; compare a lone request's TTFT and TBT with workload.slo")
-    elif miss is None:
-        status = "all_meet"
-        note = note or (f"every probe met the target; {meet.offered_requests_per_s:.4g} req/s is a lower "
-                "bound (raise max_probes, or start higher with workload.trace.rate_scale)")
-    else:
-        status = "found"
-        if miss.rate_scale / meet.rate_scale > 1 + tolerance:
-            note = (f"the probes ran out with the bracket {miss.rate_scale / meet.rate_scale:.3g}x "
-                    "wide (raise max_probes)")
+    status, note = _outcome(meet, miss, tolerance, note)
     slo = {"ttft_ms": workload.slo.ttft_ms, "tbt_ms": workload.slo.tbt_ms}
-    return CapacityResult(scenario=scenario.name, target_attainment=target_attainment,
-                          tolerance=tolerance, slo=slo, status=status, probes=tuple(probes),
-                          best=meet, first_miss=miss, note=note)
+    return CapacityResult(scenario=scenario.name, mode=mode or scenario.run.mode,
+                          target_attainment=target_attainment, tolerance=tolerance, slo=slo,
+                          status=status, probes=tuple(probes), best=meet, first_miss=miss,
+                          note=note, config=scenario.model_dump(mode="json"))
+
+
+def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: float,
+             note: str) -> tuple[Status, str]:
+    """The search's status and, unless the search already said why it stopped, a note."""
+    if meet is None:
+        assert miss is not None  # the first probe either meets or misses; errors propagate
+        if miss.requests_rejected and not note:
+            note = (f"{miss.requests_rejected} of {miss.requests} requests were rejected even at "
+                    f"{miss.offered_requests_per_s:.4g} req/s (npusim run SCENARIO --out DIR "
+                    "gives each one's reason in requests.csv)")
+        return "none_meets", note or (
+            f"even {miss.offered_requests_per_s:.4g} req/s (rate_scale {miss.rate_scale:.4g}) "
+            f"meets the SLO for only {100 * miss.slo_attainment:.1f}% of the requests; compare "
+            "a lone request's TTFT and TBT with workload.slo")
+    if miss is None:
+        return "all_meet", note or (
+            f"every probe met the target; {meet.offered_requests_per_s:.4g} req/s is a lower "
+            "bound: raise the probe limit (--max-probes) or start higher "
+            "(workload.trace.rate_scale)")
+    if miss.rate_scale / meet.rate_scale > 1 + tolerance:
+        note = (f"the probes ran out with the bracket {miss.rate_scale / meet.rate_scale:.3g}x "
+                "wide: raise the probe limit (--max-probes)")
+    return "found", note

@@ -118,7 +118,7 @@ def integer_cell(row: Row, column: str, loc: str, low: int | None, what: str,
         # adjusted() is the exponent of the leading digit: '1e999999' would otherwise
         # become a million-digit int before the range check (4300 digits is the limit
         # Python's own int() puts on text)
-        if number is not None and number.adjusted() < 4300 \
+        if number is not None and (not number or number.adjusted() < 4300) \
                 and number == number.to_integral_value():
             value = int(number)
     if value is None or (low is not None and value < low) or (high is not None and value > high):
@@ -141,7 +141,7 @@ def _decimal(raw: Any) -> Decimal | None:
         return Decimal(raw)
     if isinstance(raw, float):  # its shortest repr, as JSON wrote it, not the binary value
         return Decimal(repr(raw)) if math.isfinite(raw) else None
-    text = str(raw).strip(" \t")
+    text = str(raw).strip()
     if _NUMBER.fullmatch(text) is None:
         return None
     try:
@@ -164,7 +164,7 @@ def seconds_cell(row: Row, column: str, loc: str) -> int:
     number = _decimal(raw)
     if number is None or number < 0:
         raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
-    if number.adjusted() >= 15:  # 1e15 s, 30 million years: '1e999999' overflows Decimal
+    if number and number.adjusted() >= 15:  # 1e15 s, 30 million years: '1e999999' overflows Decimal
         raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what} "
                          "and below 1e15")
     return int((number * PS_PER_S).to_integral_value())

@@ -138,6 +138,8 @@ def test_an_alias_chain_that_expands_past_the_limit_is_a_yaml_error(tmp_path, ca
     (["run", str(QUICKSTART), "--out", "a", "--mode", "tlm", "--out", "b"], "--out"),
     (["sweep", "spec.yaml", "--workers", "1", "--workers=2"], "--workers"),
     (["plot", "somewhere", "-k", "line", "--kind", "cdf"], "--kind"),
+    (["plot", "somewhere", "-kline", "--kind=cdf"], "--kind"),  # a short option's value attached
+    (["plot", "somewhere", "-xa", "-x", "b", "-k", "line"], "--x"),
 ])
 def test_a_single_valued_option_given_twice_is_refused(args, option, tmp_path, capsys, monkeypatch):
     # click would keep the last value silently; nothing may run or be written
@@ -152,6 +154,9 @@ def test_repeatable_options_flags_and_option_like_values_are_not_repeats(tmp_pat
                             "--set", "workload.n=64", "--out", str(tmp_path), "--mode", "analytic"],
                            capsys)
     assert code in (0, None), err
+    # --help wins over a repeat, as over any other mistake
+    code, out, _ = run_cli(["run", str(QUICKSTART), "--out", "a", "--out", "b", "--help"], capsys)
+    assert code in (0, None) and "Usage" in out
     # '--out' as the value of --set is a value, not a second --out
     expect_error(["run", str(QUICKSTART), "--set", "--out", "--out", str(tmp_path / "x")],
                  capsys, "--set", "expected PATH=VALUE")

@@ -24,7 +24,7 @@ class _Result:
 
 
 def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms=50.0,
-             ttft_slo_ms=1000.0, calls=None):
+             ttft_slo_ms=1000.0, calls=None, rejected=0, smallest_scale=0.0):
     """A simulate() whose requests all meet the SLO up to ``capacity_per_s`` and half of
     them past it; TTFT grows with the backlog (the work the trace brings beyond what
     its span gives time for) and stops growing once the trace arrives as one burst."""
@@ -34,13 +34,17 @@ def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms
         offered = base_rate_per_s * scale
         if calls is not None:
             calls.append(scale)
+        if scale < smallest_scale:  # as a generator's span check refuses the stretch
+            raise ConfigError("<dict>", [("workload.trace.num_requests", "spans too long")])
         span_s = (requests - 1) / offered
         ttft = lone_ttft_ms + 1e3 * max(0.0, requests / capacity_per_s - span_s)
         share = 1.0 if offered <= capacity_per_s and lone_ttft_ms <= ttft_slo_ms else 0.5
+        if rejected == requests:  # nothing finished: latency summaries are 0
+            share, ttft = 0.0, 0.0
         return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
                         "goodput_requests_per_s": min(offered, capacity_per_s) * share,
-                        "ttft_ms_p90": ttft, "tbt_ms_mean": 20.0, "requests_rejected": 0,
-                        "requests_total": requests})
+                        "ttft_ms_p90": ttft, "tbt_ms_mean": 20.0 if ttft else 0.0,
+                        "requests_rejected": rejected, "requests_total": requests})
     return simulate
 
 
@@ -88,6 +92,35 @@ def test_requests_that_miss_the_slo_unloaded_stop_the_search_going_down(monkeypa
 
 
 @pytest.mark.unit
+def test_a_stretch_the_trace_refuses_ends_the_search_going_down_with_what_ran(monkeypatch):
+    # a generated trace refuses a rate_scale that spans past int64 ps with a ConfigError
+    monkeypatch.setattr(npusim.api, "simulate",
+                        stand_in(47.0, lone_ttft_ms=900.0, ttft_slo_ms=100.0, smallest_scale=0.6))
+    found = find_capacity(DISAGG, max_probes=40)
+    assert found.status == "none_meets" and len(found.probes) == 1
+    assert found.note.startswith("stopped going down at rate_scale 0.5: ")
+    assert "workload.trace.num_requests" in found.note
+
+
+@pytest.mark.unit
+def test_a_search_where_every_request_is_rejected_says_so(monkeypatch):
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, rejected=100))
+    found = find_capacity(DISAGG, max_probes=5)
+    assert found.status == "none_meets" and len(found.probes) == 5  # zeros are not "unchanged"
+    assert found.note.startswith("100 of 100 requests were rejected")
+
+
+@pytest.mark.unit
+def test_only_a_bracketed_search_reports_a_capacity(monkeypatch):
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(1e9))
+    found = find_capacity(DISAGG, max_probes=3)
+    assert found.status == "all_meet" and found.best is not None
+    assert found.max_requests_per_s is None and found.to_dict()["max_requests_per_s"] is None
+    assert "lower bound" in found.note and "--max-probes" in found.note
+    assert found.mode == "analytic" and found.config["name"] == "qwen3_4b_npu64_pd_disagg"
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"target_attainment": 0}, "target_attainment: got 0; expected a share in (0, 1]"),
     ({"target_attainment": True}, "target_attainment: got True"),
@@ -115,6 +148,8 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
     found = json.loads((out / "capacity.json").read_text())
     table = (out / "capacity.csv").read_text().splitlines()
     assert len(table) == 1 + len(found["probes"]) <= 9
+    assert found["mode"] == "analytic" and "config" not in found
+    assert "ttft_ms: 45.0" in (out / "config.resolved.yaml").read_text()
     assert found["status"] == "found" and found["slo"] == {"ttft_ms": 45.0, "tbt_ms": 200.0}
     best, miss = found["best"], found["first_miss"]
     assert best["slo_attainment"] >= 0.9 > miss["slo_attainment"]
@@ -152,8 +187,11 @@ def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, 
 
 @pytest.mark.component
 @pytest.mark.parametrize("args, fragment", [
-    (["--attainment", "1.5"], "--attainment: got 1.5"),
-    (["--max-probes", "1"], "--max-probes: got 1"),
+    (["--attainment", "1.5"], "error: --attainment: got 1.5; expected a share in (0, 1]"),
+    (["--attainment", "nan"], "error: --attainment: got nan"),
+    (["--max-probes", "1"], "error: --max-probes: got 1"),
+    (["--tolerance", "2"], "error: --tolerance: got 2.0"),
+    (["--set", "workload.trace.limit=1"], "workload.trace: the trace has one request"),
     (["--set", "workload.slo.ttft_ms=-1"], "workload.slo.ttft_ms"),
 ])
 def test_capacity_command_errors_name_the_option_and_write_nothing(args, fragment, tmp_path, capsys):

@@ -204,6 +204,8 @@ INVALID_CSV = [
     # these overflowed Decimal's exponent: a decimal.Overflow traceback
     ("huge exponent seconds", "arrival_s,prompt_tokens,output_tokens\n1e999999,1,1\n", 2,
      "'arrival_s': got '1e999999'; expected a number of seconds >= 0 and below 1e15"),
+    ("zero with a huge exponent is still zero tokens", HEADER + "a,0e20,1,3\nb,1,0e5000,3\n", 3,
+     "'prompt_tokens': got '0e5000'; expected an integer from 1"),
     ("huge exponent timestamp", "timestamp,prompt_tokens,output_tokens\n9e999999,1,1\n", 2,
      "'timestamp': got '9e999999'"),
     ("arrival past int64 ps", HEADER + "a,0,5,3\nb,99999999999999999999,5,3\n", 3,
