@@ -209,3 +209,23 @@ def test_a_workload_that_is_not_serving_is_refused(tmp_path, capsys):
         main(["capacity", str(QUICKSTART), "--out", str(tmp_path / "cap")])
     err = capsys.readouterr().err
     assert info.value.code != 0 and "needs a serving workload (kind: serving)" in err, err
+
+
+@pytest.mark.unit
+def test_ctrl_c_keeps_the_probes_that_finished(tmp_path, capsys, monkeypatch):
+    finished = stand_in(47.0)
+    calls = []
+
+    def interrupted(config, mode=None, overrides=()):
+        calls.append(overrides)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return finished(config, mode, overrides)
+    monkeypatch.setattr(npusim.api, "simulate", interrupted)
+    out = tmp_path / "cap"
+    with pytest.raises((SystemExit, KeyboardInterrupt)):
+        main(["capacity", str(DISAGG), "--out", str(out), "-q"])
+    assert "the 2 finished probes are in" in capsys.readouterr().err
+    rows = (out / "capacity.csv").read_text().splitlines()
+    assert rows[0].startswith("rate_scale,requests,offered_requests_per_s") and len(rows) == 3
+    assert not (out / "capacity.json").exists()
