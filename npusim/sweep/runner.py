@@ -59,13 +59,15 @@ class SweepSummary:
         return not (self.failed or self.lost or self.failed_before)
 
 
-def point_task(point: Point, sweep: str) -> dict[str, Any]:
-    """The picklable description of a point that :func:`run_point` executes."""
+def point_task(point: Point, sweep: str, capacity: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """The picklable description of a point that :func:`run_point` executes;
+    ``capacity`` (find_capacity's arguments) makes it a capacity search."""
     from npusim import __version__
 
     return {"point": point.index, "params": point.params, "config": point.config,
             "config_hash": point.config_hash, "key": point.key, "skip": point.skip_reason,
-            "sweep": sweep, "npusim_version": __version__}
+            "sweep": sweep, "npusim_version": __version__, "capacity": capacity}
 
 
 def run_point(task: dict[str, Any]) -> dict[str, Any]:
@@ -77,9 +79,12 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
         row.update(status="skipped", error=task["skip"])
     else:
         try:
-            from npusim.api import simulate
+            if task.get("capacity") is not None:
+                row.update(capacity_columns(task["config"], task["capacity"]))
+            else:
+                from npusim.api import simulate
 
-            row.update(flatten_metrics(simulate(task["config"]).metrics))
+                row.update(flatten_metrics(simulate(task["config"]).metrics))
             row["error"] = None
         except NpusimError as exc:
             row.update(status="failed", error=str(exc))
@@ -87,6 +92,23 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
     row.update(wall_time_s=time.perf_counter() - started, config_hash=task["config_hash"],
                key=task["key"], npusim_version=task["npusim_version"], sweep=task["sweep"])
+    return row
+
+
+def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """A capacity search of ``config`` as result columns: ``capacity.status``,
+    ``capacity.requests_per_s`` (None unless bracketed), ``capacity.probes``,
+    ``capacity.note``, and every field of the best and first-missing probes
+    (``capacity.best.slo_attainment`` ...; None where there is no such probe)."""
+    from npusim.sweep.capacity import CapacityProbe, find_capacity
+
+    found = find_capacity(config, target_attainment=settings["attainment"],
+                          tolerance=settings["tolerance"], max_probes=settings["max_probes"])
+    row = {"capacity.status": found.status, "capacity.requests_per_s": found.max_requests_per_s,
+           "capacity.probes": len(found.probes), "capacity.note": found.note}
+    for name, probe in (("best", found.best), ("first_miss", found.first_miss)):
+        for field_name in CapacityProbe.__dataclass_fields__:
+            row[f"capacity.{name}.{field_name}"] = getattr(probe, field_name, None)
     return row
 
 
@@ -267,7 +289,7 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
                            failed_before=sum(1 for p in unique if p.key in done
                                              and done[p.key] == "failed" and not retry_failed))
     # Skipped points cost nothing: record them here instead of shipping them to workers.
-    tasks = [point_task(p, spec.name) for p in todo]
+    tasks = [point_task(p, spec.name, spec.capacity) for p in todo]
     runnable = [t for t in tasks if t["skip"] is None]
     bar = _Progress(len(tasks), spec.name, progress)
     remaining = len(tasks)

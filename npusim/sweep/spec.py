@@ -12,6 +12,7 @@ derived: {hw.core.systolic.cols: "${hw.core.systolic.rows}"}
 constraints:
   - {require: "${workload.m} % 64 == 0", reason: "m must be a multiple of 64"}
 on_invalid: error                     # or skip: record points whose config is invalid
+capacity: {attainment: 0.9}           # serving bases: each point is a capacity search
 ```
 
 ``axes`` may also be one mapping (a single grid).  Random parameters are a list (uniform
@@ -40,7 +41,9 @@ from npusim.sweep import expr
 from npusim.sweep.axes import Axis, check_name, parse_axes
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
-             "on_invalid")
+             "on_invalid", "capacity")
+#: ``capacity:`` keys and their defaults (find_capacity's arguments).
+_CAPACITY_KEYS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16}
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
@@ -103,6 +106,8 @@ class SweepSpec:
     constraints: list[tuple[str, str]] = field(default_factory=list)
     on_invalid: str = "error"
     description: str = ""
+    #: find_capacity's arguments when every point is a capacity search (else None)
+    capacity: dict[str, Any] | None = None
 
     @property
     def param_names(self) -> list[str]:
@@ -174,7 +179,11 @@ class SweepSpec:
                     continue
                 skip = "invalid config: " + "; ".join(f"{p}: {m}" for p, m in exc.problems)
             digest = config_hash(config if config is not None else raw)
-            key = config_hash({"config": digest, "params": params})[:32]
+            # A capacity search is another result than one run of the same config.
+            identity = {"config": digest, "params": params}
+            if self.capacity is not None:
+                identity["capacity"] = self.capacity
+            key = config_hash(identity)[:32]
             points.append(Point(index, params, overrides, config, digest, key, skip))
         if problems:
             raise ConfigError(self.source, problems[:20] + (
@@ -239,14 +248,45 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     on_invalid = data.get("on_invalid", "error")
     if on_invalid not in ("error", "skip"):
         bad("on_invalid", f"expected 'error' or 'skip', got {on_invalid!r}")
+    capacity = _parse_capacity(data.get("capacity"), bad)
     if problems:
         raise ConfigError(source, problems)
     spec = SweepSpec(name=str(data.get("name") or default_name), source=source, base=base,
                      base_source=base_source, set=fixed, axes=axes, derived=derived,
                      constraints=constraints, on_invalid=on_invalid,
-                     description=str(data.get("description") or ""))
+                     description=str(data.get("description") or ""), capacity=capacity)
+    if capacity is not None:
+        kind = _base_defaults(spec)["workload"].get("kind")
+        if kind != "serving":
+            raise ConfigError(source, [("capacity", f"the base scenario's workload is {kind!r}; "
+                                        "a capacity search needs a serving workload (kind: "
+                                        "serving)")])
     _check_paths(spec, data)
     return spec
+
+
+def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
+    """``capacity:`` as find_capacity's arguments (``true`` takes the defaults)."""
+    from npusim.sweep.capacity import argument_problems
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, Mapping):
+        bad("capacity", f"expected a mapping such as {{attainment: 0.9, tolerance: 0.05, "
+                        f"max_probes: 16}} (or true for those), got {value!r}")
+        return None
+    for key in value:
+        if key not in _CAPACITY_KEYS:
+            bad(f"capacity.{key}", f"unknown key (known keys: {', '.join(_CAPACITY_KEYS)})")
+    settings = {key: value.get(key, default) for key, default in _CAPACITY_KEYS.items()}
+    names = {"target_attainment": "attainment", "tolerance": "tolerance",
+             "max_probes": "max_probes"}
+    for name, message in argument_problems(settings["attainment"], settings["tolerance"],
+                                           settings["max_probes"]):
+        bad(f"capacity.{names[name]}", message)
+    return settings
 
 
 def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:

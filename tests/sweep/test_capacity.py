@@ -229,3 +229,55 @@ def test_ctrl_c_keeps_the_probes_that_finished(tmp_path, capsys, monkeypatch):
     rows = (out / "capacity.csv").read_text().splitlines()
     assert rows[0].startswith("rate_scale,requests,offered_requests_per_s") and len(rows) == 3
     assert not (out / "capacity.json").exists()
+
+
+def _capacity_spec(capacity, base=DISAGG):
+    from npusim.sweep import spec_from_dict
+
+    return spec_from_dict({"name": "cap", "base": str(base), "capacity": capacity,
+                           "axes": {"workload.pd.prefill_cores": [49, 42],
+                                    "workload.pd.decode_cores": [14]}}, source="cap.yaml")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("capacity, where, fragment", [
+    ({"attainment": 2}, "capacity.attainment", "got 2; expected a share in (0, 1]"),
+    ({"max_probes": 1.5}, "capacity.max_probes", "got 1.5; expected an integer"),
+    ({"attainments": 0.9}, "capacity.attainments", "unknown key (known keys: attainment"),
+    ("yes", "capacity", "expected a mapping such as"),
+])
+def test_a_sweep_spec_capacity_section_is_checked(capacity, where, fragment):
+    with pytest.raises(ConfigError) as info:
+        _capacity_spec(capacity)
+    assert (where, next(m for p, m in info.value.problems if p == where)) in info.value.problems
+    assert fragment in str(info.value) and str(info.value).startswith("cap.yaml: ")
+
+
+@pytest.mark.unit
+def test_a_capacity_sweep_needs_a_serving_base_and_is_its_own_result():
+    with pytest.raises(ConfigError, match="capacity: the base scenario's workload is 'gemm'"):
+        _capacity_spec(True, base=QUICKSTART)
+    searched = _capacity_spec(True)
+    assert searched.capacity == {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16}
+    plain = _capacity_spec(None)
+    assert plain.capacity is None
+    # the same configs, but a search is not a run: resuming one never reuses the other
+    assert [p.config_hash for p in searched.points()] == [p.config_hash for p in plain.points()]
+    assert not {p.key for p in searched.points()} & {p.key for p in plain.points()}
+
+
+@pytest.mark.unit
+def test_a_capacity_sweep_stores_one_search_per_point(tmp_path, monkeypatch):
+    from npusim.sweep import load_results, run_sweep
+
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0))
+    spec = _capacity_spec({"tolerance": 0.1, "max_probes": 12})
+    summary = run_sweep(spec, tmp_path / "sweep", executor="serial")
+    assert summary.ok == 2 and summary.complete
+    frame = load_results(tmp_path / "sweep")
+    assert list(frame["capacity.status"]) == ["found", "found"]
+    assert all(40 < rate <= 47.0 for rate in frame["capacity.requests_per_s"])
+    assert (frame["capacity.first_miss.offered_requests_per_s"] > 47.0).all()
+    assert not any(c.startswith("metrics.") for c in frame.columns)
+    again = run_sweep(spec, tmp_path / "sweep", executor="serial")  # resumes: nothing to run
+    assert again.skipped_done == 2 and again.ok == 0
