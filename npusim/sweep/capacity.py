@@ -276,9 +276,9 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
     if miss is None:
         return "all_meet", note or (
             f"every probe met the target; {meet.offered_requests_per_s:.4g} req/s is a lower "
-            "bound: raise the probe limit (--max-probes) or start higher "
+            "bound: raise the probe limit (--max-probes, max_probes) or start higher "
             "(workload.trace.rate_scale)")
     if miss.rate_scale / meet.rate_scale > 1 + tolerance:
         note = (f"the probes ran out with the bracket {miss.rate_scale / meet.rate_scale:.3g}x "
-                "wide: raise the probe limit (--max-probes)")
+                "wide: raise the probe limit (--max-probes, max_probes)")
     return "found", note
