@@ -42,8 +42,9 @@ def capacity(
     def action() -> None:
         options = {"target_attainment": "--attainment", "tolerance": "--tolerance",
                    "max_probes": "--max-probes"}
-        for name, message in argument_problems(attainment, tolerance, max_probes):
-            raise NpusimError(f"{options[name]}: {message}")
+        problems = argument_problems(attainment, tolerance, max_probes)
+        if problems:
+            raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")
         overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
         config = load_scenario(scenario, overrides, hw)
@@ -106,6 +107,9 @@ def _write_partial(probes: list, out_dir: Path) -> None:
     from npusim.sweep.capacity import CapacityProbe
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("capacity.json", "config.resolved.yaml"):  # an earlier search's: not these probes'
+        if (out_dir / stale).is_file():
+            (out_dir / stale).unlink()
     frame = pd.DataFrame([vars(p) for p in probes], columns=list(CapacityProbe.__dataclass_fields__))
     frame.to_csv(out_dir / "capacity.csv", index=False)
     typer.echo(f"interrupted: the {len(probes)} finished probes are in {out_dir}/capacity.csv",

@@ -40,8 +40,9 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     """The results of the sweep in ``out_dir`` as a DataFrame, one row per point.
 
     Columns: ``point``, ``status``, the swept and derived parameters by config path,
-    ``metrics.*``, ``error``, ``wall_time_s``, ``config_hash``, ``key``,
-    ``npusim_version``, ``sweep``.  ``status="ok"`` keeps only points that ran.
+    ``metrics.*`` (``capacity.*`` for a capacity sweep), ``error``, ``wall_time_s``,
+    ``config_hash``, ``key``, ``npusim_version``, ``sweep``.  ``status="ok"`` keeps only
+    points that ran.
     """
     from npusim.sweep.store import ResultStore
 
@@ -395,7 +396,8 @@ def capacity_probes(source: Any) -> tuple["pd.DataFrame", dict[str, Any]]:
     """``(probes, summary)`` of a capacity search: a
     :class:`~npusim.sweep.capacity.CapacityResult` or the directory ``npusim capacity
     --out`` wrote (capacity.csv, capacity.json).  The summary has at least
-    ``target_attainment`` and ``max_requests_per_s`` (None if no rate met the target).  A
+    ``target_attainment`` and ``max_requests_per_s`` (None unless a meeting and a missing
+    probe bracket it).  A
     missing or damaged file is an :class:`AnalysisError` naming it."""
     if hasattr(source, "probes") and hasattr(source, "to_dict"):
         return source.table(), source.to_dict()

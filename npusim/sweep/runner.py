@@ -98,17 +98,20 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
 def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """A capacity search of ``config`` as result columns: ``capacity.status``,
     ``capacity.requests_per_s`` (None unless bracketed), ``capacity.probes``,
-    ``capacity.note``, and every field of the best and first-missing probes
-    (``capacity.best.slo_attainment`` ...; None where there is no such probe)."""
+    ``capacity.note``, the search settings (``capacity.attainment`` ...), and the fields
+    of the best and first-missing probes (``capacity.best.slo_attainment`` ...; None
+    where there is no such probe)."""
     from npusim.sweep.capacity import CapacityProbe, find_capacity
 
     found = find_capacity(config, target_attainment=settings["attainment"],
                           tolerance=settings["tolerance"], max_probes=settings["max_probes"])
     row = {"capacity.status": found.status, "capacity.requests_per_s": found.max_requests_per_s,
-           "capacity.probes": len(found.probes), "capacity.note": found.note}
+           "capacity.probes": len(found.probes), "capacity.note": found.note,
+           **{f"capacity.{name}": value for name, value in settings.items()}}
     for name, probe in (("best", found.best), ("first_miss", found.first_miss)):
         for field_name in CapacityProbe.__dataclass_fields__:
-            row[f"capacity.{name}.{field_name}"] = getattr(probe, field_name, None)
+            if field_name != "meets_target":  # true for best, false for first_miss
+                row[f"capacity.{name}.{field_name}"] = getattr(probe, field_name, None)
     return row
 
 

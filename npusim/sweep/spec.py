@@ -173,6 +173,11 @@ class SweepSpec:
                 raw = _resolve_with_overrides(copy.deepcopy(self.base), overrides, self.base_source)
                 if skip is None:
                     config = validate(scenario_model(), raw, self.base_source).model_dump(mode="json")
+                    kind = config["workload"].get("kind")
+                    if self.capacity is not None and kind != "serving":
+                        raise ConfigError(self.base_source, [(
+                            "workload.kind", f"got {kind!r}; a capacity sweep (capacity:) "
+                                             "needs a serving workload at every point")])
             except ConfigError as exc:
                 if self.on_invalid != "skip":
                     problems += [(f"point {index} ({label}): {p}", m) for p, m in exc.problems]
@@ -279,7 +284,9 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
         return None
     for key in value:
         if key not in _CAPACITY_KEYS:
-            bad(f"capacity.{key}", f"unknown key (known keys: {', '.join(_CAPACITY_KEYS)})")
+            close = difflib.get_close_matches(str(key), _CAPACITY_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            bad(f"capacity.{key}", f"unknown key{hint} (known keys: {', '.join(_CAPACITY_KEYS)})")
     settings = {key: value.get(key, default) for key, default in _CAPACITY_KEYS.items()}
     names = {"target_attainment": "attainment", "tolerance": "tolerance",
              "max_probes": "max_probes"}

@@ -191,6 +191,8 @@ def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, 
     (["--attainment", "nan"], "error: --attainment: got nan"),
     (["--max-probes", "1"], "error: --max-probes: got 1"),
     (["--tolerance", "2"], "error: --tolerance: got 2.0"),
+    (["--attainment", "2", "--max-probes", "1"], "--attainment: got 2.0; expected a share in "
+                                                 "(0, 1], e.g. 0.9; --max-probes: got 1"),
     (["--set", "workload.trace.limit=1"], "workload.trace: the trace has one request"),
     (["--set", "workload.slo.ttft_ms=-1"], "workload.slo.ttft_ms"),
 ])
@@ -223,6 +225,8 @@ def test_ctrl_c_keeps_the_probes_that_finished(tmp_path, capsys, monkeypatch):
         return finished(config, mode, overrides)
     monkeypatch.setattr(npusim.api, "simulate", interrupted)
     out = tmp_path / "cap"
+    out.mkdir()
+    (out / "capacity.json").write_text("{}")  # an earlier search's summary: not these probes'
     with pytest.raises((SystemExit, KeyboardInterrupt)):
         main(["capacity", str(DISAGG), "--out", str(out), "-q"])
     assert "the 2 finished probes are in" in capsys.readouterr().err
@@ -243,7 +247,7 @@ def _capacity_spec(capacity, base=DISAGG):
 @pytest.mark.parametrize("capacity, where, fragment", [
     ({"attainment": 2}, "capacity.attainment", "got 2; expected a share in (0, 1]"),
     ({"max_probes": 1.5}, "capacity.max_probes", "got 1.5; expected an integer"),
-    ({"attainments": 0.9}, "capacity.attainments", "unknown key (known keys: attainment"),
+    ({"attainments": 0.9}, "capacity.attainments", "unknown key; did you mean 'attainment'?"),
     ("yes", "capacity", "expected a mapping such as"),
 ])
 def test_a_sweep_spec_capacity_section_is_checked(capacity, where, fragment):
@@ -281,3 +285,15 @@ def test_a_capacity_sweep_stores_one_search_per_point(tmp_path, monkeypatch):
     assert not any(c.startswith("metrics.") for c in frame.columns)
     again = run_sweep(spec, tmp_path / "sweep", executor="serial")  # resumes: nothing to run
     assert again.skipped_done == 2 and again.ok == 0
+
+
+@pytest.mark.unit
+def test_a_point_whose_axis_leaves_serving_is_a_spec_error():
+    from npusim.sweep import spec_from_dict
+
+    spec = spec_from_dict({"name": "cap", "base": str(DISAGG), "capacity": True,
+                           "axes": {"workload": [{"kind": "gemm", "m": 64, "k": 64, "n": 64}]}},
+                          source="cap.yaml")
+    with pytest.raises(ConfigError) as info:
+        spec.points()
+    assert "point 0" in str(info.value) and "needs a serving workload at every point" in str(info.value)
