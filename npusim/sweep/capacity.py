@@ -42,6 +42,8 @@ class CapacityProbe:
     requests: int
     offered_requests_per_s: float
     slo_attainment: float
+    slo_attainment_ttft: float  # TTFT alone: which side of the SLO gives way first
+    slo_attainment_tbt: float
     goodput_requests_per_s: float
     ttft_ms_p90: float
     tbt_ms_mean: float
@@ -202,6 +204,8 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
             rate_scale=scale, requests=metrics["requests_total"],
             offered_requests_per_s=metrics["offered_requests_per_s"],
             slo_attainment=metrics["slo_attainment"],
+            slo_attainment_ttft=metrics["slo_attainment_ttft"],
+            slo_attainment_tbt=metrics["slo_attainment_tbt"],
             goodput_requests_per_s=metrics["goodput_requests_per_s"],
             ttft_ms_p90=metrics["ttft_ms_p90"], tbt_ms_mean=metrics["tbt_ms_mean"],
             requests_rejected=metrics["requests_rejected"],

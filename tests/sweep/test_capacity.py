@@ -42,6 +42,7 @@ def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms
         if rejected == requests:  # nothing finished: latency summaries are 0
             share, ttft = 0.0, 0.0
         return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
+                        "slo_attainment_ttft": share, "slo_attainment_tbt": 1.0 if share else 0.0,
                         "goodput_requests_per_s": min(offered, capacity_per_s) * share,
                         "ttft_ms_p90": ttft, "tbt_ms_mean": 20.0 if ttft else 0.0,
                         "requests_rejected": rejected, "requests_total": requests})
