@@ -292,6 +292,15 @@ def check_metrics(result, config: dict) -> None:
         assert m["ttft_ms_p50"] <= m["ttft_ms_p99"] and m["e2e_ms_p50"] <= m["e2e_ms_p99"]
         assert m["throughput_tokens_per_s"] > 0
     assert 0 <= m["slo_attainment"] <= len(finished) / len(req)
+    # each threshold alone, from the per-request table (the runs keep the default SLO)
+    from npusim.serving.config import SloConfig
+
+    slo = SloConfig()
+    ttft_ok = (finished["ttft_ps"] * 1e-9 <= slo.ttft_ms).sum()
+    tbt_ok = (finished["mean_tbt_ps"].fillna(0.0) * 1e-9 <= slo.tbt_ms).sum()
+    assert m["slo_attainment_ttft"] == pytest.approx(ttft_ok / len(req))
+    assert m["slo_attainment_tbt"] == pytest.approx(tbt_ok / len(req))
+    assert m["slo_attainment"] <= min(m["slo_attainment_ttft"], m["slo_attainment_tbt"])
 
 
 def check_run(result, config: dict) -> None:

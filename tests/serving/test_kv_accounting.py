@@ -129,3 +129,9 @@ def test_rates_count_from_the_first_arrival_and_rejections_miss_the_slo(tmp_path
     too_long = rows[:3] + [("huge", 4 * 10**11, 60_000_000, 4)]
     metrics = simulate(FUSION, overrides=[write_trace(tmp_path / "c.csv", too_long)]).metrics
     assert metrics["requests_rejected"] == 1 and metrics["slo_attainment"] == 0.75
+    assert metrics["slo_attainment_ttft"] == metrics["slo_attainment_tbt"] == 0.75
+    # each threshold alone says which one a run misses
+    tight = simulate(FUSION, overrides=[write_trace(tmp_path / "a.csv", rows),
+                                        "workload.slo.ttft_ms=1"]).metrics
+    assert tight["slo_attainment_ttft"] == tight["slo_attainment"] == 0.0
+    assert tight["slo_attainment_tbt"] == 1.0
