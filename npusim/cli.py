@@ -46,6 +46,9 @@ def _summary_table(result) -> None:
         table.add_row("throughput", f"{metrics['throughput_tokens_per_s']:,.1f} tokens/s")
         table.add_row("goodput (SLO met)", f"{metrics['goodput_requests_per_s']:.2f} req/s "
                                            f"({100 * metrics['slo_attainment']:.0f}%)")
+        table.add_row("SLO met: TTFT / TBT alone",
+                      f"{100 * metrics['slo_attainment_ttft']:.0f}% / "
+                      f"{100 * metrics['slo_attainment_tbt']:.0f}%")
         table.add_row("tokens/s per mm²", f"{metrics['throughput_tokens_per_s_per_mm2']:.4f}")
         for replica, its in metrics["iterations_by_replica"].items():
             table.add_row(f"{replica}: batch mean / KV peak",
