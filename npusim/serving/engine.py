@@ -24,6 +24,7 @@ from npusim.core.errors import MappingError
 from npusim.serving.iterations import IterationLog
 from npusim.serving.metrics import summarise
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
+from npusim.serving.schedulers.base import preemption_order
 from npusim.serving.state import Entry, RequestState, SchedulerView
 from npusim.workload.models import load_model
 from npusim.workload.program import DriveOutcome
@@ -320,7 +321,7 @@ class ServingDriver:
                     kv_used[replica.index] += 1
             return entries, []
         decoding = [e for e in entries if e.state.prefill_done]
-        victims = sorted(decoding, key=lambda e: e.state.request.arrival_ps, reverse=True)
+        victims = preemption_order(decoding, self.config.scheduler.order)
         kept = list(entries)
         preempted: list[RequestState] = []
         for victim in victims:

@@ -23,6 +23,23 @@ def _summary(values: list[float], prefix: str) -> dict[str, float]:
     return out
 
 
+def _class_summary(states: list[RequestState], slo) -> dict[str, float]:
+    """Requests, finished, mean and p90 TTFT, mean TBT and SLO attainment of one class."""
+    ms = 1e-9
+    done = [s for s in states if s.finished]
+    ttft = [(s.first_token_ps - s.request.arrival_ps) * ms for s in done]
+    gaps = [float(g) * ms for s in done for g in np.diff(s.token_times_ps)]  # as tbt_ms_mean
+    mean_tbt = [float(np.mean(np.diff(s.token_times_ps))) * ms if len(s.token_times_ps) > 1
+                else 0.0 for s in done]
+    good = sum(1 for first, between in zip(ttft, mean_tbt)
+               if first <= slo.ttft_ms and between <= slo.tbt_ms)
+    return {"requests": len(states), "finished": len(done),
+            "ttft_ms_mean": float(np.mean(ttft)) if ttft else 0.0,
+            "ttft_ms_p90": float(np.percentile(ttft, 90)) if ttft else 0.0,
+            "tbt_ms_mean": float(np.mean(gaps)) if gaps else 0.0,
+            "slo_attainment": good / len(states)}
+
+
 def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
     """One row per request, in trace order (times in ps; empty when not reached)."""
     rows = []
@@ -88,6 +105,11 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     # Each threshold alone (shares of all requests): which side of the SLO is missed.
     metrics["slo_attainment_ttft"] = sum(ttft_ok) / len(states) if states else 0.0
     metrics["slo_attainment_tbt"] = sum(tbt_ok) / len(states) if states else 0.0
+    priorities = sorted({s.request.priority for s in states})
+    if len(priorities) > 1:  # a trace with priority classes: how each fared
+        metrics["by_priority"] = {
+            str(p): _class_summary([s for s in states if s.request.priority == p], slo)
+            for p in priorities}
     metrics["preemptions"] = sum(s.preempted for s in states)
     metrics["swap_outs"] = sum(s.swapped_out for s in states)
     metrics["prefill_tokens_recomputed"] = sum(s.chunk_recomputed for s in states)

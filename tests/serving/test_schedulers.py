@@ -11,8 +11,8 @@ from npusim.workload.traces import Request
 pytestmark = pytest.mark.unit
 
 
-def state(i, prompt=100, output=10, prefilled=0, generated=0):
-    s = RequestState(Request(f"r{i}", i, prompt, output))
+def state(i, prompt=100, output=10, prefilled=0, generated=0, priority=0):
+    s = RequestState(Request(f"r{i}", i, prompt, output, priority))
     s.prefilled = s.kv_tokens = prefilled
     s.generated = generated
     s.admitted = prefilled > 0
@@ -124,3 +124,31 @@ def test_a_new_prompt_leaves_kv_for_the_decodes_of_its_own_iteration(reserve_max
                       need, reserve_max, 0, "fused")
     batch = sched.schedule(v)
     assert [e.state.id for e in batch if e.new_tokens > 1] == admitted
+
+
+@pytest.mark.parametrize("scheduler", [
+    ContinuousScheduler(ContinuousConfig(order="priority", max_batch_size=2)),
+    ChunkedPrefillScheduler(ChunkedPrefillConfig(order="priority", max_batch_size=2)),
+    StaticScheduler(StaticConfig(order="priority", max_batch_size=2)),
+], ids=["continuous", "chunked_prefill", "static"])
+def test_priority_order_admits_the_lowest_value_first_then_by_arrival(scheduler):
+    waiting = [state(0, priority=2), state(1, priority=1), state(2, priority=0),
+               state(3, priority=1)]
+    assert [e.state.id for e in scheduler.schedule(view(waiting))] == ["r2", "r1"]
+    fcfs = type(scheduler)(type(scheduler.config)(max_batch_size=2))
+    assert [e.state.id for e in fcfs.schedule(view(waiting))] == ["r0", "r1"]
+
+
+def test_priority_order_picks_which_running_requests_decode():
+    sched = ContinuousScheduler(ContinuousConfig(order="priority", max_batch_size=2))
+    running = [state(i, prefilled=100, generated=1, priority=p) for i, p in enumerate((1, 1, 0))]
+    assert [e.state.id for e in sched.schedule(view((), running))] == ["r2", "r0"]
+
+
+@pytest.mark.parametrize("order, victims", [("fcfs", ["r3", "r2", "r1", "r0"]),
+                                            ("priority", ["r2", "r0", "r3", "r1"])])
+def test_preemption_gives_up_the_newest_or_the_lowest_priority_first(order, victims):
+    from npusim.serving.schedulers.base import decodes, preemption_order
+
+    running = [state(i, prefilled=100, generated=1, priority=p) for i, p in enumerate((1, 0, 1, 0))]
+    assert [e.state.id for e in preemption_order(decodes(running, 4), order)] == victims

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from npusim.core.registry import PartConfig
@@ -21,12 +23,37 @@ class SchedulerConfigBase(PartConfig):
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
                                 "manager reserves.")
+    order: Literal["fcfs", "priority"] = Field(
+        "fcfs", description="Service order. 'fcfs': by arrival. 'priority': by the trace's "
+                            "priority column, lower values first (as vLLM's priority "
+                            "policy), then by arrival; it decides which waiting prompts "
+                            "are admitted, which running requests decode when they do not "
+                            "all fit, and which are preempted first (the lowest priority).")
 
     @property
     def decode_slots(self) -> int:
         """Most requests one decode iteration takes: each decodes one new token, so
         ``max_batch_tokens`` bounds them as much as ``max_batch_size`` does."""
         return min(self.max_batch_size, self.max_batch_tokens)
+
+
+def in_service_order(states: list[RequestState], order: str) -> list[RequestState]:
+    """``states`` (in arrival order) in the order they are served: as they are for
+    ``fcfs``; for ``priority`` by the trace's priority, lower first (a stable sort, so
+    arrival order within a priority)."""
+    if order != "priority":
+        return states
+    return sorted(states, key=lambda state: state.request.priority)
+
+
+def preemption_order(entries: list[Entry], order: str) -> list[Entry]:
+    """Decoding ``entries`` in the order they give up their KV when it runs out: the
+    newest first (vLLM's recompute policy) or, for ``priority``, the lowest priority
+    first and the newest within it."""
+    if order == "priority":
+        return sorted(entries, key=lambda e: (e.state.request.priority,
+                                              e.state.request.arrival_ps), reverse=True)
+    return sorted(entries, key=lambda e: e.state.request.arrival_ps, reverse=True)
 
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
