@@ -301,6 +301,17 @@ def check_metrics(result, config: dict) -> None:
     assert m["slo_attainment_ttft"] == pytest.approx(ttft_ok / len(req))
     assert m["slo_attainment_tbt"] == pytest.approx(tbt_ok / len(req))
     assert m["slo_attainment"] <= min(m["slo_attainment_ttft"], m["slo_attainment_tbt"])
+    # priority classes partition the requests
+    classes = {row[4] for row in config["trace"]} if len(config["trace"][0]) > 4 else {0}
+    if len(classes) > 1:
+        by = m["by_priority"]
+        assert sorted(by, key=int) == sorted(map(str, classes), key=int)
+        assert sum(c["requests"] for c in by.values()) == len(req)
+        assert sum(c["finished"] for c in by.values()) == len(finished)
+        good = sum(c["slo_attainment"] * c["requests"] for c in by.values())
+        assert good == pytest.approx(m["slo_attainment"] * len(req))
+    else:
+        assert "by_priority" not in m
 
 
 def check_run(result, config: dict) -> None:

@@ -78,7 +78,7 @@ RUN_TIMEOUT_S = 120  # a run that loops forever is a failure, not a hung suite
 
 @st.composite
 def traces(draw, max_requests=16, pressure=False):
-    """Rows (id, arrival_ps, prompt, output) in arrival order; with ``pressure`` longer
+    """Rows (id, arrival_ps, prompt, output, priority) in arrival order; with ``pressure`` longer
     requests arriving close together (incremental KV then preempts on a tight chip)."""
     n = draw(st.integers(8 if pressure else 2, max_requests))
     pattern = draw(st.sampled_from(["burst", "bursty"] if pressure else ["burst", "bursty", "sparse"]))
@@ -99,7 +99,10 @@ def traces(draw, max_requests=16, pressure=False):
         output = st.one_of(st.just(1), st.integers(2, 8), st.integers(9, 80), st.integers(9, 80))
     prompts = draw(st.lists(prompt, min_size=n, max_size=n))
     outputs = draw(st.lists(output, min_size=n, max_size=n))
-    return [(f"q{i}", t, p, o) for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs))]
+    classes = draw(st.sampled_from([1, 1, 2, 3]))  # priority classes (order: priority)
+    priorities = draw(st.lists(st.integers(0, classes - 1), min_size=n, max_size=n))
+    return [(f"q{i}", t, p, o, c)
+            for i, (t, p, o, c) in enumerate(zip(arrivals, prompts, outputs, priorities))]
 
 
 @st.composite
@@ -107,7 +110,8 @@ def schedulers(draw, pressure=False):
     kind = draw(st.sampled_from(["static", "continuous", "chunked_prefill"]))
     size = st.integers(4, 16) if pressure else st.one_of(st.integers(1, 4), st.integers(1, 16))
     cfg = {"kind": kind, "max_batch_size": draw(size),
-           "fill_pipeline": draw(st.booleans())}
+           "fill_pipeline": draw(st.booleans()),
+           "order": draw(st.sampled_from(["fcfs", "priority"]))}
     if kind == "chunked_prefill":
         cfg["token_budget"] = draw(st.integers(8, 512))
         cfg["prefill_chunk"] = draw(st.integers(4, 512))
@@ -155,8 +159,9 @@ def time_limit(seconds: int):
 
 def run(config: dict, trace_dir: Path):
     rows = config["trace"]
-    text = ("id,arrival_ps,prompt_tokens,output_tokens\n"
-            + "".join(f"{i},{t},{p},{o}\n" for i, t, p, o in rows))
+    text = ("id,arrival_ps,prompt_tokens,output_tokens,priority\n"
+            + "".join(f"{r[0]},{r[1]},{r[2]},{r[3]},{r[4] if len(r) > 4 else 0}\n"
+                      for r in rows))
     path = trace_dir / f"trace_{hashlib.sha1(text.encode()).hexdigest()[:16]}.csv"
     path.write_text(text)
     scenario, overrides = PROFILES[config["profile"]]
