@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.workload.llm import ModelMappingChecks, _named_part
-from npusim.workload.trace_generators import TraceSpec
+from npusim.workload.trace_spec import TraceSpec
 
 
 class CoreVariant(NumbersNotBooleans):

@@ -1,6 +1,6 @@
-"""Synthetic request traces: arrival processes, length distributions, the ``trace:``
-scenario schema (:class:`TraceSpec`).  The NpuSim §5.5 workload presets built on them
-are in :mod:`npusim.workload.trace_presets`.
+"""Synthetic request traces: arrival processes and length distributions.  The ``trace:``
+scenario schema built on them is :class:`~npusim.workload.trace_spec.TraceSpec`; the
+NpuSim §5.5 workload presets are in :mod:`npusim.workload.trace_presets`.
 
 Every generator is deterministic per seed.  :func:`generate_trace` derives three
 independent numpy streams from one seed (arrivals, prompt lengths, output lengths) so
@@ -23,24 +23,22 @@ sampled.  Without these checks numpy silently wraps the int64 sums into negative
 from __future__ import annotations
 
 import math
-from fractions import Fraction
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
-                      ValidationInfo, field_validator, model_validator)
+                      model_validator)
 
 from npusim.core.errors import TraceError
 from npusim.core.registry import NumbersNotBooleans
 from npusim.core.units import PS_PER_S
 from npusim.workload.traces import (MAX_ARRIVAL_PS, MAX_REQUEST_TOKENS, Request, RequestTrace,
-                                     read_trace, resolve_trace_path)
+                                     read_trace)
 
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
     "FixedLength", "UniformLength", "ZipfLength", "EmpiricalLength", "NormalLength", "LengthSpec",
-    "TraceSpec", "generate_trace", "sample_arrivals_ps", "sample_lengths",
+    "generate_trace", "sample_arrivals_ps", "sample_lengths",
 ]
 
 
@@ -363,129 +361,3 @@ def _describe(spec: BaseModel) -> str:
     fields = ", ".join(f"{k}={v}" for k, v in spec.model_dump(exclude_none=True).items()
                        if k != "kind" and not isinstance(v, list))
     return f"{spec.kind}({fields})"
-
-
-# -- the scenario schema -----------------------------------------------------------------
-
-class TraceSpec(_Spec):
-    """Where a serving scenario's requests come from: a trace file, or a generator.
-
-    File: ``{file: traces/foo.csv, limit: 300, rate_scale: 1.0}``.  Generator:
-    ``{arrival: {kind: poisson, rate_per_s: 2.0}, prompt: {kind: uniform, low: 100,
-    high: 1000}, output: {kind: fixed, tokens: 128}, num_requests: 300, seed: 0}``.
-    """
-
-    file: str | None = Field(None, description="Trace file (CSV, JSONL or Azure CSV), "
-                                               "relative to the scenario file, the working "
-                                               "directory or the npusim checkout.")
-    format: Literal["auto", "csv", "jsonl", "azure"] = Field(
-        "auto", description="Trace file format; 'auto' decides from the extension and header.")
-    limit: int | None = Field(None, ge=1, description="Keep only the first N requests of "
-                                                      "the file or generator.")
-    allow_simultaneous: bool = Field(False, description="Accept requests with equal "
-                                                        "arrival times in the file.")
-    rate_scale: float = Field(1.0, gt=0, allow_inf_nan=False,
-                              description="Multiply the arrival rate (divide arrival "
-                                          "times) by this factor; 2.0 doubles the load.")
-    arrival: ArrivalSpec | None = Field(None, description="Arrival process (kind: poisson, "
-                                                          "gamma or fixed).")
-    prompt: LengthSpec | None = Field(None, description="Prompt length distribution in tokens "
-                                                        "(kind: fixed, uniform, zipf, normal, "
-                                                        "empirical; a bare integer means fixed).")
-    output: LengthSpec | None = Field(None, description="Output length distribution in tokens "
-                                                        "(same kinds as prompt).")
-    num_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
-                                     description="Number of requests to generate.")
-    seed: int | None = Field(None, ge=0, description="Generator seed; default: the run seed.")
-
-    @field_validator("prompt", "output", mode="before")
-    @classmethod
-    def _int_is_fixed(cls, value: Any) -> Any:
-        # Shorthand `prompt: 128` for `{kind: fixed, tokens: 128}` (the Fig. 11 tasks).
-        if isinstance(value, int) and not isinstance(value, bool):
-            return {"kind": "fixed", "tokens": value}
-        return value
-
-    @field_validator("num_requests")
-    @classmethod
-    def _span_fits(cls, value: int | None, info: ValidationInfo) -> int | None:
-        # Every generated arrival must fit int64 picoseconds, and so must the first `limit`
-        # of them once rate_scale < 1 stretches them (rescale_rate's exact rounding).
-        # Random kinds are checked on their mean span; a draw that still overflows is
-        # reported by sample_arrivals_ps.  limit, rate_scale and arrival come before
-        # num_requests, so they are in info.data unless they were invalid themselves.
-        arrival = info.data.get("arrival")
-        if value is None or arrival is None:
-            return value
-        if isinstance(arrival, FixedArrival):
-            gap_ps: float = arrival.interval_ps
-            if (value - 1) * gap_ps > MAX_ARRIVAL_PS:
-                raise ValueError(_fixed_span_problem(value, arrival))
-        else:
-            gap_ps = (1.0 / arrival.rate_per_s) * PS_PER_S
-            if (value - 1) * gap_ps > MAX_ARRIVAL_PS:
-                raise ValueError(
-                    f"{value} requests at arrival.rate_per_s {arrival.rate_per_s!r} span "
-                    f"{(value - 1) * gap_ps / PS_PER_S:.4g} s on average; expected at most "
-                    f"{1 + int(MAX_ARRIVAL_PS // gap_ps)} requests at this rate (or a higher "
-                    f"rate): the last arrival must come within {_LIMIT}")
-        scale = info.data.get("rate_scale")
-        kept = min(value, info.data.get("limit") or value)
-        last_ps = (kept - 1) * gap_ps
-        if scale is not None and round(Fraction(last_ps) / Fraction(scale)) > MAX_ARRIVAL_PS:
-            raise ValueError(
-                f"the {kept} requests kept span {last_ps / PS_PER_S:.4g} s"
-                f"{'' if isinstance(arrival, FixedArrival) else ' on average'}, "
-                f"{last_ps / PS_PER_S / scale:.4g} s after rate_scale {scale!r}; expected "
-                f"rate_scale >= {_round_up(last_ps / MAX_ARRIVAL_PS)} (or fewer requests): "
-                f"the last arrival must come within {_LIMIT}")
-        return value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "TraceSpec":
-        generator = {"arrival": self.arrival, "prompt": self.prompt, "output": self.output,
-                     "num_requests": self.num_requests, "seed": self.seed}
-        if self.file is not None:
-            given = [k for k, v in generator.items() if v is not None]
-            if given:
-                raise ValueError(f"give either file or a generator, not both (file is set "
-                                 f"and so is {', '.join(given)})")
-            return self
-        if self.format != "auto" or self.allow_simultaneous:
-            raise ValueError("format and allow_simultaneous only apply to a trace file")
-        missing = [k for k in ("arrival", "prompt", "output", "num_requests")
-                   if generator[k] is None]
-        if missing:
-            raise ValueError(f"expected either file: PATH or a generator with arrival, "
-                             f"prompt, output and num_requests; missing {', '.join(missing)}")
-        return self
-
-    def build(self, base_dir: str | Path | None = None, default_seed: int = 0,
-              where: str = "workload.trace") -> RequestTrace:
-        """The trace this spec describes (files resolved as documented on ``file``).
-
-        ``where`` is this spec's path in the configuration, for error messages.
-        """
-        if self.file is not None:
-            try:
-                path = resolve_trace_path(self.file, base_dir)
-            except TraceError as exc:
-                raise TraceError(f"{where}.file: {exc}") from None
-            return read_trace(path, self.format,
-                              limit=self.limit, rate_scale=self.rate_scale,
-                              allow_simultaneous=self.allow_simultaneous)
-        trace = generate_trace(self.num_requests, self.arrival, self.prompt, self.output,
-                               seed=self.seed if self.seed is not None else default_seed,
-                               where=f"{where}.")
-        if self.limit is not None:
-            trace = trace.head(self.limit)
-        # The schema checked the mean span; random gaps may still stretch past the limit.
-        last_ps = trace[len(trace) - 1].arrival_ps
-        if round(Fraction(last_ps) / Fraction(self.rate_scale)) > MAX_ARRIVAL_PS:
-            raise TraceError(
-                f"{where}.rate_scale: got {self.rate_scale!r}; the generated requests span "
-                f"{last_ps / PS_PER_S:.4g} s, {last_ps / PS_PER_S / self.rate_scale:.4g} s "
-                f"after scaling; expected rate_scale >= "
-                f"{_round_up(last_ps / MAX_ARRIVAL_PS)}: the last arrival must come within "
-                f"{_LIMIT}")
-        return trace.rescale_rate(self.rate_scale)

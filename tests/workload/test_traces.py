@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from npusim.config.loader import validate
 from npusim.core.errors import ConfigError, OutputError, TraceError
 from npusim.workload.trace_generators import (FixedArrival, FixedLength, GammaArrival,
-                                              PoissonArrival, TraceSpec, UniformLength,
-                                              ZipfLength, generate_trace, sample_arrivals_ps,
-                                              sample_lengths)
+                                              PoissonArrival, UniformLength, ZipfLength,
+                                              generate_trace, sample_arrivals_ps, sample_lengths)
 from npusim.workload.trace_presets import PRESET_FILES, decode_dominated, prefill_dominated, ratio
+from npusim.workload.trace_spec import TraceSpec
 from npusim.workload.traces import Request, RequestTrace, read_trace
 
 pytestmark = pytest.mark.unit
@@ -469,7 +469,7 @@ def test_tracespec_file_errors_name_the_field_and_a_directory(tmp_path):
 def test_every_tracespec_field_described():
     from npusim.workload import trace_generators as g
 
-    for model in (g.TraceSpec, g.PoissonArrival, g.GammaArrival, g.FixedArrival, g.FixedLength,
+    for model in (TraceSpec, g.PoissonArrival, g.GammaArrival, g.FixedArrival, g.FixedLength,
                   g.UniformLength, g.ZipfLength, g.NormalLength, g.EmpiricalLength):
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no description"
