@@ -330,12 +330,15 @@ def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,
 
 
 def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
-                   seed: int = 0, source: str | None = None, *, where: str = "") -> RequestTrace:
+                   seed: int = 0, source: str | None = None, *, where: str = "",
+                   priorities: dict[int, float] | None = None) -> RequestTrace:
     """A synthetic trace of ``num_requests`` requests, ids ``req-0 .. req-{n-1}``.
 
     ``arrival`` is an arrival spec (or a mapping such as ``{"kind": "poisson",
     "rate_per_s": 2.0}``); ``prompt`` and ``output`` are length specs, mappings, or an
-    int for a fixed length.  The same arguments and seed always give the same trace.
+    int for a fixed length; ``priorities`` maps priority values to relative weights
+    (each request draws one; default: all 0).  The same arguments and seed always give
+    the same trace, and adding ``priorities`` leaves arrivals and lengths as they were.
     ``where`` prefixes the field names in error messages (``"workload.trace."``).
     """
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) \
@@ -347,14 +350,27 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     arrival = _as_spec(arrival, _ARRIVAL, f"{where}arrival")
     prompt = _as_spec(prompt, _LENGTH, f"{where}prompt")
     output = _as_spec(output, _LENGTH, f"{where}output")
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
+    # Child i of the seed is the same whatever the number spawned: a fourth stream for
+    # priorities leaves the first three (and so every trace without priorities) as is.
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
     arrivals = sample_arrivals_ps(arrival, num_requests, streams[0], what=f"{where}arrival")
     prompts = sample_lengths(prompt, num_requests, streams[1], "prompt_tokens")
     outputs = sample_lengths(output, num_requests, streams[2], "output_tokens")
+    classes = [0] * num_requests
+    if priorities:
+        values = sorted(priorities)
+        weights = np.array([float(priorities[v]) for v in values])
+        classes = [values[i] for i in streams[3].choice(len(values), num_requests,
+                                                        p=weights / weights.sum())]
     label = source or (f"generated({_describe(arrival)}, prompt {_describe(prompt)}, "
-                       f"output {_describe(output)}, n={num_requests}, seed={seed})")
-    return RequestTrace((Request(f"req-{i}", int(a), int(p), int(o))
-                         for i, (a, p, o) in enumerate(zip(arrivals, prompts, outputs))), label)
+                       f"output {_describe(output)}, n={num_requests}, seed={seed}"
+                       + (", priorities={" + ", ".join(f"{k}: {float(v):g}" for k, v
+                                                       in sorted(priorities.items())) + "}"
+                          if priorities else "")
+                       + ")")
+    return RequestTrace((Request(f"req-{i}", int(a), int(p), int(o), int(c))
+                         for i, (a, p, o, c) in enumerate(zip(arrivals, prompts, outputs, classes))),
+                        label)
 
 
 def _describe(spec: BaseModel) -> str:

@@ -4,6 +4,7 @@ and, optionally, priority classes."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
@@ -50,6 +51,26 @@ class TraceSpec(_Spec):
     num_requests: int | None = Field(None, ge=1, le=MAX_REQUESTS,
                                      description="Number of requests to generate.")
     seed: int | None = Field(None, ge=0, description="Generator seed; default: the run seed.")
+    priorities: dict[int, float] | None = Field(
+        None, description="Generator: priority classes and their relative weights, e.g. "
+                          "{0: 1, 1: 4} for one request in five with priority 0 (drawn per "
+                          "request with the seed; default every request 0). Schedulers "
+                          "with order: priority serve lower values first.")
+
+    @field_validator("priorities")
+    @classmethod
+    def _weights(cls, value: dict[int, float] | None) -> dict[int, float] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("expected at least one priority: weight pair, e.g. {0: 1, 1: 4}")
+        for priority, weight in value.items():
+            if not -2**31 <= priority < 2**31:
+                raise ValueError(f"priority {priority} is out of range; expected a 32-bit integer")
+            if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
+                raise ValueError(f"priority {priority}: weight {weight:g}; expected a finite "
+                                 "number > 0")
+        return value
 
     @field_validator("prompt", "output", mode="before")
     @classmethod
@@ -97,7 +118,8 @@ class TraceSpec(_Spec):
     @model_validator(mode="after")
     def _one_source(self) -> "TraceSpec":
         generator = {"arrival": self.arrival, "prompt": self.prompt, "output": self.output,
-                     "num_requests": self.num_requests, "seed": self.seed}
+                     "num_requests": self.num_requests, "seed": self.seed,
+                     "priorities": self.priorities}
         if self.file is not None:
             given = [k for k, v in generator.items() if v is not None]
             if given:
@@ -129,7 +151,7 @@ class TraceSpec(_Spec):
                               allow_simultaneous=self.allow_simultaneous)
         trace = generate_trace(self.num_requests, self.arrival, self.prompt, self.output,
                                seed=self.seed if self.seed is not None else default_seed,
-                               where=f"{where}.")
+                               where=f"{where}.", priorities=self.priorities)
         if self.limit is not None:
             trace = trace.head(self.limit)
         # The schema checked the mean span; random gaps may still stretch past the limit.

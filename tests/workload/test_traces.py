@@ -1,4 +1,5 @@
-"""Request traces: readers/writers, validation errors, generators, presets, TraceSpec."""
+"""Request traces: readers/writers, validation errors, generators, arrival-time limits
+(TraceSpec and the presets: test_trace_spec.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from npusim.core.errors import ConfigError, OutputError, TraceError
 from npusim.workload.trace_generators import (FixedArrival, FixedLength, GammaArrival,
                                               PoissonArrival, UniformLength, ZipfLength,
                                               generate_trace, sample_arrivals_ps, sample_lengths)
-from npusim.workload.trace_presets import PRESET_FILES, decode_dominated, prefill_dominated, ratio
 from npusim.workload.trace_spec import TraceSpec
 from npusim.workload.traces import Request, RequestTrace, read_trace
 
@@ -397,92 +397,6 @@ def test_generated_traces_valid_and_round_trip(n, arrival, prompt, output, seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = trace.write_csv(Path(tmp) / "g.csv")
         assert read_trace(path, allow_simultaneous=simultaneous) == trace
-
-
-# -- presets and TraceSpec ---------------------------------------------------------------
-
-def test_presets_shape():
-    prefill, decode = prefill_dominated(), decode_dominated()
-    assert len(prefill) == len(decode) == 64
-    assert prefill.total_prompt_tokens > 5 * prefill.total_output_tokens
-    assert decode.total_output_tokens > 5 * decode.total_prompt_tokens
-    offline = ratio(1000, 100, 8, rate_per_s=None)
-    assert {(r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in offline} == {(0, 1000, 100)}
-
-
-@pytest.mark.parametrize("name", sorted(PRESET_FILES))
-def test_shipped_preset_files_match_generators(name):
-    """The files in traces/ are exactly what the preset functions produce (not stale)."""
-    assert read_trace(REPO / "traces" / name) == PRESET_FILES[name]()
-
-
-def test_tracespec_generator_and_file(tmp_path):
-    spec = TraceSpec.model_validate({
-        "arrival": {"kind": "poisson", "rate_per_s": 2.0},
-        "prompt": {"kind": "uniform", "low": 100, "high": 1000},
-        "output": {"kind": "fixed", "tokens": 64}, "num_requests": 300, "seed": 0})
-    trace = spec.build()
-    assert len(trace) == 300 and trace == spec.build()
-    assert trace == generate_trace(300, spec.arrival, spec.prompt, spec.output, seed=0)
-    assert spec.model_copy(update={"seed": None}).build(default_seed=5) != trace
-    trace.write_csv(tmp_path / "t.csv")
-    from_file = TraceSpec(file="t.csv", limit=10, rate_scale=2.0).build(base_dir=tmp_path)
-    assert from_file == trace.head(10).rescale_rate(2.0)
-    shipped = TraceSpec(file="traces/ratio_1_1_32.csv").build()  # found via the checkout
-    assert len(shipped) == 32
-
-
-@pytest.mark.parametrize("data, path, fragment", [
-    ({"file": "x.csv", "num_requests": 3}, "", "not both"),
-    ({"arrival": {"kind": "poisson", "rate_per_s": 1}}, "", "missing prompt, output, num_requests"),
-    ({"arrival": {"kind": "poisson", "rate_per_s": -1}, "prompt": 1, "output": 1, "num_requests": 1},
-     "arrival.rate_per_s", "greater than 0"),
-    ({"arrival": {"kind": "burst"}, "prompt": {"kind": "fixed", "tokens": 1},
-      "output": {"kind": "fixed", "tokens": 1}, "num_requests": 1}, "arrival", "unknown kind 'burst'"),
-    ({"arrival": {"kind": "fixed", "interval_s": 1}, "prompt": {"kind": "uniform", "low": 5, "high": 2},
-      "output": {"kind": "fixed", "tokens": 1}, "num_requests": 1}, "prompt", "high (2) must be >= low (5)"),
-    ({"file": "x.csv", "rate_scle": 2}, "rate_scle", "did you mean 'rate_scale'"),
-])
-def test_tracespec_errors_are_located(data, path, fragment):
-    with pytest.raises(ConfigError) as info:
-        validate(TraceSpec, data, "scenario.yaml")
-    problems = info.value.problems
-    assert any(p == path and fragment in m for p, m in problems), problems
-
-
-def test_tracespec_missing_file():
-    with pytest.raises(TraceError, match="nope.csv: trace file not found"):
-        TraceSpec(file="nope.csv").build()
-
-
-def test_tracespec_file_errors_name_the_field_and_a_directory(tmp_path):
-    with pytest.raises(TraceError, match=r"^workload.trace.file: nope.csv: trace file not found"):
-        TraceSpec(file="nope.csv").build()
-    with pytest.raises(TraceError, match=r"is a directory; expected a trace file"):
-        TraceSpec(file=str(tmp_path)).build()
-    with pytest.raises(TraceError, match=r"/dev/null is not a regular file; expected a trace"):
-        TraceSpec(file="/dev/null").build()
-    with pytest.raises(TraceError, match=r"^workload.trace.file: got an empty path ''"):
-        TraceSpec(file="").build()  # not the current directory
-
-
-def test_every_tracespec_field_described():
-    from npusim.workload import trace_generators as g
-
-    for model in (TraceSpec, g.PoissonArrival, g.GammaArrival, g.FixedArrival, g.FixedLength,
-                  g.UniformLength, g.ZipfLength, g.NormalLength, g.EmpiricalLength):
-        for name, field in model.model_fields.items():
-            assert field.description, f"{model.__name__}.{name} has no description"
-
-
-def test_tracespec_integer_length_shorthand():
-    spec = TraceSpec.model_validate({"arrival": {"kind": "fixed", "interval_s": 0.5},
-                                     "prompt": 100, "output": 1000, "num_requests": 4})
-    assert spec.prompt == FixedLength(tokens=100) and spec.output == FixedLength(tokens=1000)
-    assert [(r.prompt_tokens, r.output_tokens) for r in spec.build()] == [(100, 1000)] * 4
-    with pytest.raises(ConfigError, match="greater than or equal to 1"):
-        validate(TraceSpec, {"arrival": {"kind": "fixed", "interval_s": 1}, "prompt": 0,
-                             "output": 1, "num_requests": 1}, "s.yaml")
 
 
 # -- arrival times must fit int64 picoseconds --------------------------------------------

@@ -1,0 +1,142 @@
+"""The trace: section of a serving scenario (TraceSpec): files, generators, priority
+classes, the NpuSim presets and their shipped files."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from npusim.config.loader import validate
+from npusim.core.errors import ConfigError, TraceError
+from npusim.workload.trace_generators import FixedLength, generate_trace
+from npusim.workload.trace_presets import PRESET_FILES, decode_dominated, prefill_dominated, ratio
+from npusim.workload.trace_spec import TraceSpec
+from npusim.workload.traces import read_trace
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).parents[2]
+
+
+def test_presets_shape():
+    prefill, decode = prefill_dominated(), decode_dominated()
+    assert len(prefill) == len(decode) == 64
+    assert prefill.total_prompt_tokens > 5 * prefill.total_output_tokens
+    assert decode.total_output_tokens > 5 * decode.total_prompt_tokens
+    offline = ratio(1000, 100, 8, rate_per_s=None)
+    assert {(r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in offline} == {(0, 1000, 100)}
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_FILES))
+def test_shipped_preset_files_match_generators(name):
+    """The files in traces/ are exactly what the preset functions produce (not stale)."""
+    assert read_trace(REPO / "traces" / name) == PRESET_FILES[name]()
+
+
+def test_tracespec_generator_and_file(tmp_path):
+    spec = TraceSpec.model_validate({
+        "arrival": {"kind": "poisson", "rate_per_s": 2.0},
+        "prompt": {"kind": "uniform", "low": 100, "high": 1000},
+        "output": {"kind": "fixed", "tokens": 64}, "num_requests": 300, "seed": 0})
+    trace = spec.build()
+    assert len(trace) == 300 and trace == spec.build()
+    assert trace == generate_trace(300, spec.arrival, spec.prompt, spec.output, seed=0)
+    assert spec.model_copy(update={"seed": None}).build(default_seed=5) != trace
+    trace.write_csv(tmp_path / "t.csv")
+    from_file = TraceSpec(file="t.csv", limit=10, rate_scale=2.0).build(base_dir=tmp_path)
+    assert from_file == trace.head(10).rescale_rate(2.0)
+    shipped = TraceSpec(file="traces/ratio_1_1_32.csv").build()  # found via the checkout
+    assert len(shipped) == 32
+
+
+@pytest.mark.parametrize("data, path, fragment", [
+    ({"file": "x.csv", "num_requests": 3}, "", "not both"),
+    ({"arrival": {"kind": "poisson", "rate_per_s": 1}}, "", "missing prompt, output, num_requests"),
+    ({"arrival": {"kind": "poisson", "rate_per_s": -1}, "prompt": 1, "output": 1, "num_requests": 1},
+     "arrival.rate_per_s", "greater than 0"),
+    ({"arrival": {"kind": "burst"}, "prompt": {"kind": "fixed", "tokens": 1},
+      "output": {"kind": "fixed", "tokens": 1}, "num_requests": 1}, "arrival", "unknown kind 'burst'"),
+    ({"arrival": {"kind": "fixed", "interval_s": 1}, "prompt": {"kind": "uniform", "low": 5, "high": 2},
+      "output": {"kind": "fixed", "tokens": 1}, "num_requests": 1}, "prompt", "high (2) must be >= low (5)"),
+    ({"file": "x.csv", "rate_scle": 2}, "rate_scle", "did you mean 'rate_scale'"),
+])
+def test_tracespec_errors_are_located(data, path, fragment):
+    with pytest.raises(ConfigError) as info:
+        validate(TraceSpec, data, "scenario.yaml")
+    problems = info.value.problems
+    assert any(p == path and fragment in m for p, m in problems), problems
+
+
+def test_tracespec_missing_file():
+    with pytest.raises(TraceError, match="nope.csv: trace file not found"):
+        TraceSpec(file="nope.csv").build()
+
+
+def test_tracespec_file_errors_name_the_field_and_a_directory(tmp_path):
+    with pytest.raises(TraceError, match=r"^workload.trace.file: nope.csv: trace file not found"):
+        TraceSpec(file="nope.csv").build()
+    with pytest.raises(TraceError, match=r"is a directory; expected a trace file"):
+        TraceSpec(file=str(tmp_path)).build()
+    with pytest.raises(TraceError, match=r"/dev/null is not a regular file; expected a trace"):
+        TraceSpec(file="/dev/null").build()
+    with pytest.raises(TraceError, match=r"^workload.trace.file: got an empty path ''"):
+        TraceSpec(file="").build()  # not the current directory
+
+
+def test_every_tracespec_field_described():
+    from npusim.workload import trace_generators as g
+
+    for model in (TraceSpec, g.PoissonArrival, g.GammaArrival, g.FixedArrival, g.FixedLength,
+                  g.UniformLength, g.ZipfLength, g.NormalLength, g.EmpiricalLength):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+
+
+def test_tracespec_integer_length_shorthand():
+    spec = TraceSpec.model_validate({"arrival": {"kind": "fixed", "interval_s": 0.5},
+                                     "prompt": 100, "output": 1000, "num_requests": 4})
+    assert spec.prompt == FixedLength(tokens=100) and spec.output == FixedLength(tokens=1000)
+    assert [(r.prompt_tokens, r.output_tokens) for r in spec.build()] == [(100, 1000)] * 4
+    with pytest.raises(ConfigError, match="greater than or equal to 1"):
+        validate(TraceSpec, {"arrival": {"kind": "fixed", "interval_s": 1}, "prompt": 0,
+                             "output": 1, "num_requests": 1}, "s.yaml")
+
+
+
+
+GENERATOR = {"arrival": {"kind": "poisson", "rate_per_s": 5.0}, "prompt": {"kind": "uniform",
+             "low": 10, "high": 500}, "output": 20, "num_requests": 2000, "seed": 3}
+
+
+def test_generated_priority_classes_keep_arrivals_and_lengths_and_follow_the_weights():
+    plain = TraceSpec.model_validate(GENERATOR).build()
+    ranked = TraceSpec.model_validate({**GENERATOR, "priorities": {0: 1, 1: 4}}).build()
+    key = [(r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in plain]
+    assert [(r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in ranked] == key
+    assert {r.priority for r in plain} == {0}
+    urgent = sum(r.priority == 0 for r in ranked) / len(ranked)
+    assert math.isclose(urgent, 0.2, abs_tol=0.03) and {r.priority for r in ranked} == {0, 1}
+    again = TraceSpec.model_validate({**GENERATOR, "priorities": {1: 4, 0: 1}}).build()
+    assert again == ranked  # the same classes whatever the order they are written in
+    assert "priorities={0: 1, 1: 4}" in ranked.source
+    direct = generate_trace(10, {"kind": "fixed", "interval_s": 1}, 5, 5, priorities={7: 1})
+    assert {r.priority for r in direct} == {7}
+
+
+@pytest.mark.parametrize("priorities, fragment", [
+    ({}, "expected at least one priority: weight pair"),
+    ({0: 0}, "priority 0: weight 0; expected a finite number > 0"),
+    ({0: float("nan")}, "priority 0: weight nan"),
+    ({2**40: 1}, "is out of range; expected a 32-bit integer"),
+    ({"urgent": 1}, "priorities.urgent: Input should be a valid integer"),
+])
+def test_bad_priority_classes_are_located(priorities, fragment):
+    with pytest.raises(ConfigError) as info:
+        validate(TraceSpec, {**GENERATOR, "priorities": priorities}, "scenario.yaml")
+    assert fragment in str(info.value)
+
+
+def test_priorities_belong_to_a_generator_not_a_file():
+    with pytest.raises(ConfigError, match="file is set and so is priorities"):
+        validate(TraceSpec, {"file": "traces/ratio_1_1_32.csv", "priorities": {0: 1}},
+                 "scenario.yaml")
