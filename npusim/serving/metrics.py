@@ -58,6 +58,7 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
                          else s.first_scheduled_ps - r.arrival_ps),
             "generated": s.generated, "preempted": s.preempted, "swapped_out": s.swapped_out,
             "token_times_ps": " ".join(map(str, s.token_times_ps)),
+            "priority": r.priority,
         })
     return rows
 

@@ -2,10 +2,10 @@
 scenario schema built on them is :class:`~npusim.workload.trace_spec.TraceSpec`; the
 NpuSim §5.5 workload presets are in :mod:`npusim.workload.trace_presets`.
 
-Every generator is deterministic per seed.  :func:`generate_trace` derives three
-independent numpy streams from one seed (arrivals, prompt lengths, output lengths) so
-that changing, say, the arrival process leaves the sampled lengths unchanged and a sweep
-over arrival rates compares the same requests.
+Every generator is deterministic per seed.  :func:`generate_trace` derives four
+independent numpy streams from one seed (arrivals, prompt lengths, output lengths,
+priorities) so that changing, say, the arrival process leaves the sampled lengths
+unchanged and a sweep over arrival rates compares the same requests.
 
 Random arrival processes are made strictly increasing by nudging a collision forward by
 1 ps (a gap that rounds to 0 ps has probability ~0 for sane rates but is possible for
@@ -23,7 +23,7 @@ sampled.  Without these checks numpy silently wraps the int64 sums into negative
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Mapping, Union
 
 import numpy as np
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
@@ -38,7 +38,7 @@ from npusim.workload.traces import (MAX_ARRIVAL_PS, MAX_REQUEST_TOKENS, Request,
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
     "FixedLength", "UniformLength", "ZipfLength", "EmpiricalLength", "NormalLength", "LengthSpec",
-    "generate_trace", "sample_arrivals_ps", "sample_lengths",
+    "generate_trace", "priority_problem", "sample_arrivals_ps", "sample_lengths",
 ]
 
 
@@ -329,6 +329,25 @@ def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,
     return rng.choice(pool, size=n, replace=True)
 
 
+def priority_problem(priorities: Any) -> str | None:
+    """What is wrong with ``priorities`` (priority value -> relative weight), or None."""
+    if not isinstance(priorities, Mapping):
+        return (f"expected a mapping priority: weight such as {{0: 1, 1: 4}}, got "
+                f"{type(priorities).__name__}")
+    if not priorities:
+        return "expected at least one priority: weight pair, e.g. {0: 1, 1: 4}"
+    for priority, weight in priorities.items():
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            return f"priority {priority!r}: expected an integer"
+        if not -2**31 <= priority < 2**31:
+            return f"priority {priority} is out of range; expected a 32-bit integer"
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not math.isfinite(weight) or weight <= 0:
+            shown = f"{weight:g}" if isinstance(weight, float) else repr(weight)
+            return f"priority {priority}: weight {shown}; expected a finite number > 0"
+    return None
+
+
 def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
                    seed: int = 0, source: str | None = None, *, where: str = "",
                    priorities: dict[int, float] | None = None) -> RequestTrace:
@@ -357,9 +376,13 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     prompts = sample_lengths(prompt, num_requests, streams[1], "prompt_tokens")
     outputs = sample_lengths(output, num_requests, streams[2], "output_tokens")
     classes = [0] * num_requests
-    if priorities:
+    if priorities is not None:
+        problem = priority_problem(priorities)
+        if problem:
+            raise TraceError(f"{where}priorities: {problem}")
         values = sorted(priorities)
         weights = np.array([float(priorities[v]) for v in values])
+        weights /= weights.max()  # 1e308 + 1e308 would overflow the sum
         classes = [values[i] for i in streams[3].choice(len(values), num_requests,
                                                         p=weights / weights.sum())]
     label = source or (f"generated({_describe(arrival)}, prompt {_describe(prompt)}, "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -15,7 +15,7 @@ from npusim.core.errors import TraceError
 from npusim.core.units import PS_PER_S
 from npusim.workload.trace_generators import (_LIMIT, MAX_REQUESTS, ArrivalSpec, FixedArrival,
                                               LengthSpec, _fixed_span_problem, _round_up, _Spec,
-                                              generate_trace)
+                                              generate_trace, priority_problem)
 from npusim.workload.traces import MAX_ARRIVAL_PS, RequestTrace, read_trace, resolve_trace_path
 
 __all__ = ["TraceSpec"]
@@ -57,11 +57,24 @@ class TraceSpec(_Spec):
                           "request with the seed; default every request 0). Schedulers "
                           "with order: priority serve lower values first.")
 
+    @field_validator("priorities", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        # {0: true} would be a weight of 1 and {true: 1} a class 1: a typo, not a choice.
+        if isinstance(value, Mapping):
+            for priority, weight in value.items():
+                if isinstance(priority, bool) or isinstance(weight, bool):
+                    raise ValueError(f"priority {priority!r}: weight {weight!r}; expected an "
+                                     "integer priority and a number weight, not a boolean")
+        return value
+
     @field_validator("priorities")
     @classmethod
     def _weights(cls, value: dict[int, float] | None) -> dict[int, float] | None:
-        if value is None:
-            return value
+        problem = None if value is None else priority_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
         if not value:
             raise ValueError("expected at least one priority: weight pair, e.g. {0: 1, 1: 4}")
         for priority, weight in value.items():

@@ -30,7 +30,8 @@ def test_fcfs_ignores_the_priority_column_and_priority_serves_class_0_first(tmp_
     small = ["workload.scheduler.max_batch_size=8"]
     fcfs = simulate(FUSION, overrides=[write_trace(tmp_path / "p.csv", BURST), *small])
     plain = simulate(FUSION, overrides=[write_trace(tmp_path / "n.csv", BURST, False), *small])
-    assert fcfs.requests.equals(plain.requests)
+    assert fcfs.requests.drop(columns="priority").equals(plain.requests.drop(columns="priority"))
+    assert set(fcfs.requests["priority"]) == {0, 1} and set(plain.requests["priority"]) == {0}
     assert "by_priority" not in plain.metrics  # one class: nothing to split
     ranked = simulate(FUSION, overrides=[write_trace(tmp_path / "p.csv", BURST), *small,
                                          "workload.scheduler.order=priority"])
@@ -57,3 +58,21 @@ def test_priority_order_preempts_the_low_class_first(tmp_path):
     assert sum(preempted["fcfs"]) > 0
     urgent, other = preempted["priority"]
     assert urgent < preempted["fcfs"][0] and urgent < other
+
+
+def test_a_decode_pool_takes_over_the_urgent_request_first(tmp_path):
+    # three long low-priority requests fill the P42/D21 decode KV under TIGHT; an urgent
+    # one arriving later is handed over as soon as one of them finishes, ahead of two
+    # low-priority requests that arrived before it (found by a review: the decode pool
+    # took handed-over requests in arrival order)
+    rows = [("L0a", 0, 200, 1000, 1), ("L0b", 1, 200, 1000, 1), ("L0c", 2, 200, 1000, 1),
+            ("L1", 10**9, 200, 50, 1), ("L2", 2 * 10**9, 200, 50, 1), ("H", 10**11, 200, 50, 0)]
+    second = {}
+    for order in ("fcfs", "priority"):
+        table = simulate(DISAGG, overrides=[*TIGHT, write_trace(tmp_path / "t.csv", rows),
+                                            f"workload.scheduler.order={order}"]).requests
+        times = table.set_index("request_id")["token_times_ps"].str.split().str[1].astype(int)
+        second[order] = times
+        assert table["priority"].tolist() == [1, 1, 1, 1, 1, 0]
+    assert second["fcfs"]["H"] > second["fcfs"]["L0c"]         # behind every earlier request
+    assert second["priority"]["H"] < second["priority"]["L0b"]  # first after L0a's KV is free

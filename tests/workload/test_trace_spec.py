@@ -2,6 +2,7 @@
 classes, the NpuSim presets and their shipped files."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,8 @@ def test_generated_priority_classes_keep_arrivals_and_lengths_and_follow_the_wei
     ({0: float("nan")}, "priority 0: weight nan"),
     ({2**40: 1}, "is out of range; expected a 32-bit integer"),
     ({"urgent": 1}, "priorities.urgent: Input should be a valid integer"),
+    ({0: True, 1: 4}, "priority 0: weight True; expected an integer priority and a number"),
+    ({True: 1, 0: 2}, "priority True: weight 1"),
 ])
 def test_bad_priority_classes_are_located(priorities, fragment):
     with pytest.raises(ConfigError) as info:
@@ -140,3 +143,22 @@ def test_priorities_belong_to_a_generator_not_a_file():
     with pytest.raises(ConfigError, match="file is set and so is priorities"):
         validate(TraceSpec, {"file": "traces/ratio_1_1_32.csv", "priorities": {0: 1}},
                  "scenario.yaml")
+
+
+def test_huge_weights_are_normalised_not_overflowed():
+    trace = TraceSpec.model_validate({**GENERATOR, "num_requests": 200,
+                                      "priorities": {0: 1e308, 1: 1e308}}).build()
+    assert {r.priority for r in trace} == {0, 1}
+
+
+@pytest.mark.parametrize("priorities, fragment", [
+    ({0: -1}, "priorities: priority 0: weight -1; expected a finite number > 0"),
+    ({0.5: 1}, "priorities: priority 0.5: expected an integer"),
+    ({}, "priorities: expected at least one priority"),
+    ({0: 0.0}, "priorities: priority 0: weight 0; expected"),
+    ([0, 1], "priorities: expected a mapping priority: weight"),
+])
+def test_generate_trace_checks_its_priorities(priorities, fragment):
+    with pytest.raises(TraceError, match=re.escape(fragment)):
+        generate_trace(5, {"kind": "fixed", "interval_s": 1}, 5, 5, priorities=priorities,
+                       where="trace.")
