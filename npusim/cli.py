@@ -13,7 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand, hw_option, mode_option, set_option
+from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
+                               trace_option, trace_override)
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError
 
@@ -108,9 +109,7 @@ def run(
                                              help="LLM workloads: generated tokens."),
     batch: Optional[int] = typer.Option(None, "--batch", metavar="N",
                                         help="LLM workloads: fixed batch size."),
-    trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE",
-                                        help="Serving workloads: request trace (CSV, JSONL or "
-                                        "Azure CSV); --set workload.trace.limit=N after it."),
+    trace: Optional[str] = trace_option(),
 ) -> None:
     """Simulate one scenario and write metrics.json, ops.csv, units.csv, segments.csv,
     trace.json, config.resolved.yaml and host.json (serving runs also requests.csv and
@@ -120,13 +119,10 @@ def run(
     from npusim.core.output_paths import check_output_dir, option_path
 
     def action() -> None:
-        trace_path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
+        overrides = trace_override(trace)
         out_path = option_path(out, "--out", "a directory for the results")
-        # File names and model names go in as JSON strings (valid YAML double-quoted
-        # scalars), so quotes, ': ' or ' #' in them are not read as YAML syntax.
-        overrides = ([f"workload.trace={{file: {json.dumps(str(trace_path.resolve()))}}}"]
-                     if trace_path else [])
         overrides += list(set_) + ([f"run.mode={mode}"] if mode else [])
+        # Shorthand values go in as JSON (valid YAML scalars: a model name with ': ' stays text).
         shorthands = {"model": ("--model", model), "prompt_len": ("--prompt-len", prompt_len),
                       "output_len": ("--output-len", output_len), "batch": ("--batch", batch)}
         for field, (_, value) in shorthands.items():
@@ -145,7 +141,7 @@ def run(
                                       f"workload has no {field} field (the option applies to "
                                       "LLM workloads, kind: llm; a serving workload takes its "
                                       "requests from workload.trace)") from None
-                if path == "workload.trace" and trace_path and message.startswith("unknown key"):
+                if path == "workload.trace" and trace and message.startswith("unknown key"):
                     raise NpusimError(f"{scenario}: --trace: this scenario's workload has no "
                                       "trace (the option applies to serving workloads, kind: "
                                       "serving)") from None

@@ -8,7 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand, hw_option, mode_option, set_option
+from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
+                               trace_option, trace_override)
 from npusim.cli_common import guard as _guard
 
 
@@ -19,6 +20,7 @@ def capacity(
     hw: Optional[Path] = hw_option(),
     set_: List[str] = set_option(),
     mode: Optional[str] = mode_option(),
+    trace: Optional[str] = trace_option(),
     attainment: float = typer.Option(0.9, "--attainment", metavar="SHARE",
                                      help="Share of requests that must meet workload.slo."),
     tolerance: float = typer.Option(0.05, "--tolerance", metavar="REL",
@@ -46,7 +48,7 @@ def capacity(
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")
-        overrides = list(set_) + ([f"run.mode={mode}"] if mode else [])
+        overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode else [])
         config = load_scenario(scenario, overrides, hw)
         out_dir = check_output_dir(out_path or Path("out") / "capacity" / config.name)
         done: list = []

@@ -10,7 +10,8 @@ from typer.core import TyperCommand
 
 from npusim.core.errors import NpusimError
 
-__all__ = ["guard", "OnceOptionsCommand", "hw_option", "set_option", "mode_option"]
+__all__ = ["guard", "OnceOptionsCommand", "hw_option", "set_option", "mode_option",
+           "trace_option", "trace_override"]
 
 
 def hw_option() -> Any:
@@ -28,6 +29,25 @@ def set_option() -> Any:
 def mode_option() -> Any:
     """``--mode tlm|analytic``."""
     return typer.Option(None, "--mode", metavar="tlm|analytic", help="Fidelity: tlm or analytic.")
+
+
+def trace_option() -> Any:
+    """``--trace FILE`` for serving workloads."""
+    return typer.Option(None, "--trace", metavar="FILE",
+                        help="Serving workloads: request trace (CSV, JSONL or Azure CSV); "
+                        "--set workload.trace.limit=N after it.")
+
+
+def trace_override(trace: str | None) -> list[str]:
+    """``--trace FILE`` as the override that replaces the scenario's trace section (the
+    file name goes in as a JSON string, a valid YAML double-quoted scalar, so quotes,
+    ': ' or ' #' in it are not read as YAML syntax); none without the option."""
+    import json
+
+    from npusim.core.output_paths import option_path
+
+    path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
+    return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"] if path else []
 
 
 def guard(action: Callable[[], Any]) -> Any:

@@ -298,3 +298,18 @@ def test_a_point_whose_axis_leaves_serving_is_a_spec_error():
     with pytest.raises(ConfigError) as info:
         spec.points()
     assert "point 0" in str(info.value) and "needs a serving workload at every point" in str(info.value)
+
+
+@pytest.mark.unit
+def test_the_capacity_command_takes_a_trace_like_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0))
+    out = tmp_path / "cap"
+    with pytest.raises(SystemExit) as info:
+        main(["capacity", str(DISAGG), "--trace", "traces/ratio_10_1_32.csv", "--out", str(out),
+              "-q", "--max-probes", "3"])
+    assert (info.value.code or 0) == 0, capsys.readouterr().err
+    assert "ratio_10_1_32.csv" in (out / "config.resolved.yaml").read_text()
+    monkeypatch.undo()  # the real simulator reads the trace (and finds it missing)
+    with pytest.raises(SystemExit) as info:
+        main(["capacity", str(DISAGG), "--trace", str(tmp_path / "missing.csv"), "--out", str(out)])
+    assert info.value.code == 2 and "missing.csv" in capsys.readouterr().err
