@@ -161,6 +161,11 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
     assert base["rate_scale"] == 1.0
     assert math.isclose(best["offered_requests_per_s"],
                         base["offered_requests_per_s"] * best["rate_scale"], rel_tol=1e-9)
+    # a probe is exactly a run at its rate_scale (no state carried between probes)
+    direct = npusim.api.simulate(DISAGG, overrides=["workload.slo.ttft_ms=45",
+                                                    f"workload.trace.rate_scale={best['rate_scale']!r}"])
+    assert direct.metrics["ttft_ms_p90"] == best["ttft_ms_p90"]
+    assert direct.metrics["slo_attainment"] == best["slo_attainment"]
     # and it plots
     with pytest.raises(SystemExit) as info:
         main(["plot", str(out), "--kind", "capacity"])
