@@ -28,7 +28,9 @@ class SchedulerConfigBase(PartConfig):
                             "priority column, lower values first (as vLLM's priority "
                             "policy), then by arrival; it decides which waiting prompts "
                             "are admitted, which running requests decode when they do not "
-                            "all fit, and which are preempted first (the lowest priority).")
+                            "all fit, which handed-over or swapped-out requests a replica "
+                            "takes back first, and which decodes of the batch being formed "
+                            "are preempted first (the lowest priority).")
 
     @property
     def decode_slots(self) -> int:
