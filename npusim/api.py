@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from npusim import __version__
 from npusim.core import registry
-from npusim.core.errors import ConfigError, MappingError, TraceError
+from npusim.core.errors import ConfigError, MappingError, TraceError, with_source
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.metrics.result import Result
@@ -73,8 +73,8 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
             return _simulate(config, mode, overrides, progress)
         except (MappingError, TraceError) as exc:
             # A valid scenario that cannot run: name the file, as config errors do.
-            if isinstance(config, (str, os.PathLike)) and not str(exc).startswith(f"{config}:"):
-                raise type(exc)(f"{config}: {exc}") from None
+            if isinstance(config, (str, os.PathLike)):
+                raise with_source(exc, str(config)) from None
             raise
 
 

@@ -16,7 +16,7 @@ import typer
 from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
                                trace_option, trace_override)
 from npusim.cli_common import guard as _guard
-from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError
+from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError, with_source
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
@@ -152,7 +152,7 @@ def run(
         try:
             result = _simulate_with_progress(simulate, config, quiet)
         except (MappingError, TraceError) as exc:  # valid config that cannot run: say which
-            raise type(exc)(f"{scenario}: {exc}") from None
+            raise with_source(exc, str(scenario)) from None
         result.write(out_dir)
         if not quiet:
             _summary_table(result)

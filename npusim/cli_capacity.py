@@ -11,6 +11,7 @@ import typer
 from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
                                trace_option, trace_override)
 from npusim.cli_common import guard as _guard
+from npusim.sweep.capacity import DEFAULTS
 
 
 def capacity(
@@ -21,12 +22,12 @@ def capacity(
     set_: List[str] = set_option(),
     mode: Optional[str] = mode_option(),
     trace: Optional[str] = trace_option(),
-    attainment: float = typer.Option(0.9, "--attainment", metavar="SHARE",
+    attainment: float = typer.Option(DEFAULTS["attainment"], "--attainment", metavar="SHARE",
                                      help="Share of requests that must meet workload.slo."),
-    tolerance: float = typer.Option(0.05, "--tolerance", metavar="REL",
+    tolerance: float = typer.Option(DEFAULTS["tolerance"], "--tolerance", metavar="REL",
                                     help="Stop when the meeting and missing rates are this "
                                     "close (relative)."),
-    max_probes: int = typer.Option(16, "--max-probes", metavar="N",
+    max_probes: int = typer.Option(DEFAULTS["max_probes"], "--max-probes", metavar="N",
                                    help="At most this many simulations."),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Where capacity.json and capacity.csv go "
@@ -37,7 +38,7 @@ def capacity(
     meet the scenario's SLO: simulate its trace at a rate_scale, double or halve until
     one probe meets the target and one misses it, then bisect."""
     from npusim.config.loader import load_scenario
-    from npusim.core.errors import NpusimError
+    from npusim.core.errors import NpusimError, with_source
     from npusim.core.output_paths import check_output_dir, option_path
     from npusim.sweep.capacity import argument_problems, find_capacity
 
@@ -66,11 +67,7 @@ def capacity(
             _write_partial(done, out_dir)
             raise
         except NpusimError as exc:  # a valid scenario that cannot run: name the file
-            if str(exc).startswith(f"{scenario}:"):
-                raise
-            wrapped = NpusimError(f"{scenario}: {exc}")
-            wrapped.exit_code = exc.exit_code
-            raise wrapped from None
+            raise with_source(exc, str(scenario)) from None
         found.write(out_dir)
         best = found.best
         if found.status == "found":
@@ -106,16 +103,13 @@ def _write_partial(probes: list, out_dir: Path) -> None:
     """On Ctrl-C: the finished probes as capacity.csv (no summary: there is no result)."""
     if not probes:
         return
-    import pandas as pd
-
-    from npusim.sweep.capacity import CapacityProbe
+    from npusim.sweep.capacity import probes_table, write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("capacity.json", "config.resolved.yaml"):  # an earlier search's: not these probes'
         if (out_dir / stale).is_file():
             (out_dir / stale).unlink()
-    frame = pd.DataFrame([vars(p) for p in probes], columns=list(CapacityProbe.__dataclass_fields__))
-    frame.to_csv(out_dir / "capacity.csv", index=False)
+    write_text(out_dir / "capacity.csv", probes_table(probes).to_csv(index=False), "the probes")
     typer.echo(f"interrupted: the {len(probes)} finished probes are in {out_dir}/capacity.csv",
                err=True)
 

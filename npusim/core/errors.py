@@ -15,6 +15,20 @@ class NpusimError(Exception):
     exit_code = 2
 
 
+def with_source(exc: NpusimError, source: str) -> NpusimError:
+    """``exc`` with ``source: `` in front of its message, unless it starts so already.
+
+    Errors raised deep inside a run (a mapping that does not fit, a trace line) do not
+    know the file the user named; the front end adds it.  The error keeps its type and
+    attributes (rebuilding it as ``type(exc)(message)`` would fail for subclasses whose
+    constructor takes more, such as an out-of-memory error with its byte counts).
+    """
+    message = str(exc)
+    if not message.startswith(f"{source}:"):
+        exc.args = (f"{source}: {message}", *exc.args[1:])
+    return exc
+
+
 class ConfigError(NpusimError):
     """A configuration file or override is invalid.
 

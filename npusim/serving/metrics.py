@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.core.units import PS_PER_S
 from npusim.hw.area import device_area_mm2
 from npusim.serving.state import RequestState
 
@@ -23,20 +24,29 @@ def _summary(values: list[float], prefix: str) -> dict[str, float]:
     return out
 
 
+MS_PER_PS = 1e-9
+
+
+def _slo_flags(done: list[RequestState], slo) -> tuple[list[bool], list[bool]]:
+    """Per finished request: TTFT within ``slo.ttft_ms``, and mean TBT (0 for a single
+    token) within ``slo.tbt_ms``."""
+    ttft_ok = [(s.first_token_ps - s.request.arrival_ps) * MS_PER_PS <= slo.ttft_ms
+               for s in done]
+    tbt_ok = [(float(np.mean(np.diff(s.token_times_ps))) * MS_PER_PS
+               if len(s.token_times_ps) > 1 else 0.0) <= slo.tbt_ms for s in done]
+    return ttft_ok, tbt_ok
+
+
 def _class_summary(states: list[RequestState], slo) -> dict[str, float]:
     """Requests, finished, mean and p90 TTFT, mean TBT and SLO attainment of one class."""
-    ms = 1e-9
     done = [s for s in states if s.finished]
-    ttft = [(s.first_token_ps - s.request.arrival_ps) * ms for s in done]
-    gaps = [float(g) * ms for s in done for g in np.diff(s.token_times_ps)]  # as tbt_ms_mean
-    mean_tbt = [float(np.mean(np.diff(s.token_times_ps))) * ms if len(s.token_times_ps) > 1
-                else 0.0 for s in done]
-    good = sum(1 for first, between in zip(ttft, mean_tbt)
-               if first <= slo.ttft_ms and between <= slo.tbt_ms)
+    ttft = [(s.first_token_ps - s.request.arrival_ps) * MS_PER_PS for s in done]
+    gaps = [float(g) * MS_PER_PS for s in done for g in np.diff(s.token_times_ps)]
+    good = sum(1 for first, between in zip(*_slo_flags(done, slo)) if first and between)
     return {"requests": len(states), "finished": len(done),
             "ttft_ms_mean": float(np.mean(ttft)) if ttft else 0.0,
             "ttft_ms_p90": float(np.percentile(ttft, 90)) if ttft else 0.0,
-            "tbt_ms_mean": float(np.mean(gaps)) if gaps else 0.0,
+            "tbt_ms_mean": float(np.mean(gaps)) if gaps else 0.0,  # over gaps, as overall
             "slo_attainment": good / len(states)}
 
 
@@ -74,18 +84,16 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     misses the SLO."""
     rows = request_rows(states)
     done = [s for s in states if s.finished]
-    ms = 1e-9  # ps -> ms
+    ms = MS_PER_PS
     ttft = [(s.first_token_ps - s.request.arrival_ps) * ms for s in done]
     e2e = [(s.finish_ps - s.request.arrival_ps) * ms for s in done]
     tbt = [float(g) * ms for s in done for g in np.diff(s.token_times_ps)]
     start_ps = min((s.request.arrival_ps for s in states), default=0)
     window_ps = max(0, makespan_ps - start_ps)
-    seconds = window_ps / 1e12
+    seconds = window_ps / PS_PER_S
     tokens = sum(s.generated for s in done)
     slo = driver.config.slo
-    ttft_ok = [(s.first_token_ps - s.request.arrival_ps) * ms <= slo.ttft_ms for s in done]
-    tbt_ok = [(np.mean(np.diff(s.token_times_ps)) * ms if len(s.token_times_ps) > 1 else 0.0)
-              <= slo.tbt_ms for s in done]
+    ttft_ok, tbt_ok = _slo_flags(done, slo)
     good = [s for s, first, between in zip(done, ttft_ok, tbt_ok) if first and between]
     metrics: dict[str, Any] = {}
     metrics.update(_summary(ttft, "ttft_ms"))
@@ -98,7 +106,8 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     # the trace has no span: one request, or every request at once).
     arrivals = [s.request.arrival_ps for s in states]
     span_ps = max(arrivals, default=0) - min(arrivals, default=0)
-    metrics["offered_requests_per_s"] = (len(arrivals) - 1) / (span_ps / 1e12) if span_ps else 0.0
+    metrics["offered_requests_per_s"] = ((len(arrivals) - 1) / (span_ps / PS_PER_S)
+                                         if span_ps else 0.0)
     metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0
     metrics["throughput_requests_per_s"] = len(done) / seconds if seconds else 0.0
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0

@@ -22,14 +22,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
-from npusim.core.errors import ConfigError, OutputError, TraceError
+from npusim.core.errors import ConfigError, MappingError, OutputError, TraceError, with_source
 
-__all__ = ["CapacityProbe", "CapacityResult", "find_capacity"]
+__all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "DEFAULTS", "probes_table"]
+
+#: find_capacity's defaults, shared by ``npusim capacity`` and a sweep spec's
+#: ``capacity:``: 90% of requests within the SLO (DistServe's attainment target), a
+#: bracket 5% wide, and at most 16 simulations (doubling from 1x covers 2^15).
+DEFAULTS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16}
+#: Bounds of the search arguments: a bracket narrower than 0.1% is below the run-to-run
+#: sensitivity of a saturated replay (docs/serving.md); more than 100 probes is a typo.
+TOLERANCE_RANGE = (0.001, 1.0)
+MAX_PROBES_RANGE = (2, 100)
+#: Two probes a factor of two apart whose latencies differ by less than this share are
+#: taken as unaffected by the load (the search stops there).
+UNCHANGED_SHARE = 0.01
 
 Status = Literal["found", "none_meets", "all_meet"]
 
@@ -94,10 +105,7 @@ class CapacityResult:
 
     def table(self):
         """The probes as a pandas DataFrame, one row per probe, by rate."""
-        import pandas as pd
-
-        return pd.DataFrame([asdict(p) for p in sorted(self.probes, key=lambda p: p.rate_scale)],
-                            columns=list(CapacityProbe.__dataclass_fields__))
+        return probes_table(self.probes)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the probes in the order they ran)."""
@@ -117,20 +125,30 @@ class CapacityResult:
 
         out = check_output_dir(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        texts = {"capacity.csv": self.table().to_csv(index=False),
-                 "capacity.json": json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n",
-                 "config.resolved.yaml": yaml.safe_dump(self.config, sort_keys=False)}
-        for name, text in texts.items():
-            if (out / name).is_dir():
-                raise OutputError(f"{out / name}: is a directory; expected to write a file there")
-            try:
-                with tempfile.NamedTemporaryFile("w", dir=out, prefix=f".{name}.",
-                                                 delete=False) as handle:
-                    handle.write(text)
-                os.replace(handle.name, out / name)
-            except OSError as exc:
-                raise OutputError(f"{out / name}: cannot write ({exc.strerror or exc})") from None
+        write_text(out / "capacity.csv", self.table().to_csv(index=False), "the probes")
+        write_text(out / "capacity.json", json.dumps(self.to_dict(), indent=2, sort_keys=True)
+                   + "\n", "the capacity summary")
+        write_text(out / "config.resolved.yaml", yaml.safe_dump(self.config, sort_keys=False),
+                   "the scenario probed")
         return out
+
+
+def probes_table(probes: Iterable[CapacityProbe]):
+    """Probes as a pandas DataFrame (capacity.csv): one row per probe, by rate."""
+    import pandas as pd
+
+    return pd.DataFrame([asdict(p) for p in sorted(probes, key=lambda p: p.rate_scale)],
+                        columns=list(CapacityProbe.__dataclass_fields__))
+
+
+def write_text(path: Path, text: str, what: str) -> None:
+    """``text`` into ``path``, whole or not at all (OutputError naming it otherwise)."""
+    from npusim.core.output_paths import atomic_output
+
+    if path.is_dir():
+        raise OutputError(f"{path}: is a directory; expected to write {what} there")
+    with atomic_output(path, what) as handle:
+        handle.write(text)
 
 
 def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
@@ -140,8 +158,8 @@ def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
     rejected requests are never alike: their latencies leave the rejected out."""
     if lower.requests_rejected or higher.requests_rejected:
         return False
-    return (abs(lower.ttft_ms_p90 - higher.ttft_ms_p90) <= 0.01 * higher.ttft_ms_p90
-            and abs(lower.tbt_ms_mean - higher.tbt_ms_mean) <= 0.01 * max(higher.tbt_ms_mean, 1e-9))
+    return (abs(lower.ttft_ms_p90 - higher.ttft_ms_p90) <= UNCHANGED_SHARE * higher.ttft_ms_p90
+            and abs(lower.tbt_ms_mean - higher.tbt_ms_mean) <= UNCHANGED_SHARE * higher.tbt_ms_mean)
 
 
 def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any
@@ -152,18 +170,23 @@ def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any
             or not 0 < target_attainment <= 1:
         problems.append(("target_attainment", f"got {target_attainment!r}; expected a share "
                                               "in (0, 1], e.g. 0.9"))
+    low, high = TOLERANCE_RANGE
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
-            or not 0.001 <= tolerance <= 1:
+            or not low <= tolerance <= high:
         problems.append(("tolerance", f"got {tolerance!r}; expected a relative bracket width "
-                                      "from 0.001 to 1, e.g. 0.05"))
+                                      f"from {low:g} to {high:g}, e.g. 0.05"))
+    low, high = MAX_PROBES_RANGE
     if isinstance(max_probes, bool) or not isinstance(max_probes, int) \
-            or not 2 <= max_probes <= 100:
-        problems.append(("max_probes", f"got {max_probes!r}; expected an integer from 2 to 100"))
+            or not low <= max_probes <= high:
+        problems.append(("max_probes", f"got {max_probes!r}; expected an integer from {low} "
+                                       f"to {high}"))
     return problems
 
 
-def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: float = 0.05,
-                  max_probes: int = 16, mode: str | None = None, overrides: Iterable[str] = (),
+def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainment"],
+                  tolerance: float = DEFAULTS["tolerance"],
+                  max_probes: int = DEFAULTS["max_probes"], mode: str | None = None,
+                  overrides: Iterable[str] = (),
                   progress: Callable[[CapacityProbe], None] | None = None,
                   source: str | None = None) -> CapacityResult:
     """Search the highest request rate at which ``config`` (a serving scenario: path,
@@ -192,8 +215,11 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
     probes: list[CapacityProbe] = []
 
     def probe(scale: float) -> CapacityProbe:
-        metrics = simulate(scenario, mode=mode,
-                           overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
+        try:
+            metrics = simulate(scenario, mode=mode,
+                               overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
+        except (MappingError, TraceError) as exc:  # the scenario object knows no file name
+            raise with_source(exc, source) from None
         if metrics["requests_total"] < 2 or not metrics["offered_requests_per_s"]:
             what = ("the trace has one request" if metrics["requests_total"] < 2 else
                     "every request of the trace arrives at the same time")
@@ -225,9 +251,11 @@ def find_capacity(config: Any, *, target_attainment: float = 0.9, tolerance: flo
         except (TraceError, ConfigError) as exc:
             if not probes:  # the scenario as given: not the search's doing
                 raise
-            # Halving stretched the arrivals past what a run holds (a file trace's
-            # TraceError, a generator's ConfigError): stop there, keep what ran.
-            note = f"stopped going down at rate_scale {scale!r}: {exc}"
+            # The rate_scale took the trace past what a run holds (halving stretched a
+            # file trace's arrivals: TraceError; a generator's: ConfigError): stop
+            # there, keep what ran.
+            direction = "up" if miss is None else "down"
+            note = f"stopped going {direction} at rate_scale {scale!r}: {exc}"
             break
         if found.meets_target:
             if meet is not None and miss is None and found.burst and _unchanged(meet, found):

@@ -39,11 +39,12 @@ import yaml
 from npusim.core.errors import ConfigError
 from npusim.sweep import expr
 from npusim.sweep.axes import Axis, check_name, parse_axes
+from npusim.sweep.capacity import DEFAULTS as CAPACITY_DEFAULTS
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
              "on_invalid", "capacity")
 #: ``capacity:`` keys and their defaults (find_capacity's arguments).
-_CAPACITY_KEYS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16}
+_CAPACITY_KEYS = CAPACITY_DEFAULTS
 _PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 

@@ -4,7 +4,6 @@ and, optionally, priority classes."""
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -74,15 +73,6 @@ class TraceSpec(_Spec):
         problem = None if value is None else priority_problem(value)
         if problem:
             raise ValueError(problem)
-        return value
-        if not value:
-            raise ValueError("expected at least one priority: weight pair, e.g. {0: 1, 1: 4}")
-        for priority, weight in value.items():
-            if not -2**31 <= priority < 2**31:
-                raise ValueError(f"priority {priority} is out of range; expected a 32-bit integer")
-            if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
-                raise ValueError(f"priority {priority}: weight {weight:g}; expected a finite "
-                                 "number > 0")
         return value
 
     @field_validator("prompt", "output", mode="before")
