@@ -24,7 +24,6 @@ from npusim.core.errors import MappingError
 from npusim.serving.iterations import IterationLog
 from npusim.serving.metrics import summarise
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
-from npusim.serving.schedulers.base import in_service_order, preemption_order
 from npusim.serving.state import Entry, RequestState, SchedulerView
 from npusim.workload.models import load_model
 from npusim.workload.program import DriveOutcome
@@ -64,7 +63,6 @@ class ServingDriver:
         kv_used = {r.index: 0 for r in reps}
         in_flight = {r.index: 0 for r in reps}
         pending_decode: dict[int, list[RequestState]] = {r.index: [] for r in reps}
-        order = self.config.scheduler.order  # fcfs or priority: which request goes first
         handed = {r.index: 0 for r in reps}  # KV tokens sent to a decode replica, not yet admitted
         swapped: dict[int, list[RequestState]] = {r.index: [] for r in reps}  # KV on the host
         iterations = {r.index: 0 for r in reps}
@@ -143,7 +141,8 @@ class ServingDriver:
             # Swapped requests come back oldest first (highest priority first, then
             # oldest, with order: priority).
             swapped[replica.index].sort(key=lambda s: (s.request.arrival_ps, s.id))
-            swapped[replica.index] = in_service_order(swapped[replica.index], order)
+            swapped[replica.index] = self.schedulers[replica.index].service_order(
+                swapped[replica.index])
             if not entries:
                 if victims:  # the KV they freed may let this replica (or, for a decode
                     # replica's recompute victims, the prefill pool) run something now
@@ -235,8 +234,8 @@ class ServingDriver:
                 state, target = payload
                 pending_decode[target.index].append(state)
                 # handed over in the order their KV arrives (by priority first, if asked)
-                pending_decode[target.index] = in_service_order(pending_decode[target.index],
-                                                                order)
+                pending_decode[target.index] = self.schedulers[target.index].service_order(
+                    pending_decode[target.index])
             # Swapped-out requests come back, in service order, once their KV fits again (with
             # room for the token they decode next); the swap-in is a timed transfer.
             for replica in reps:
@@ -327,7 +326,7 @@ class ServingDriver:
                     kv_used[replica.index] += 1
             return entries, []
         decoding = [e for e in entries if e.state.prefill_done]
-        victims = preemption_order(decoding, self.config.scheduler.order)
+        victims = self.schedulers[replica.index].preemption_order(decoding)
         kept = list(entries)
         preempted: list[RequestState] = []
         for victim in victims:

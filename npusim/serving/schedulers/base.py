@@ -39,23 +39,46 @@ class SchedulerConfigBase(PartConfig):
         return min(self.max_batch_size, self.max_batch_tokens)
 
 
-def in_service_order(states: list[RequestState], order: str) -> list[RequestState]:
+Order = Literal["fcfs", "priority"]
+
+
+def in_service_order(states: list[RequestState], order: Order) -> list[RequestState]:
     """``states`` (in arrival order) in the order they are served: as they are for
     ``fcfs``; for ``priority`` by the trace's priority, lower first (a stable sort, so
     arrival order within a priority)."""
-    if order != "priority":
+    if order == "fcfs":
         return states
-    return sorted(states, key=lambda state: state.request.priority)
+    if order == "priority":
+        return sorted(states, key=lambda state: state.request.priority)
+    raise ValueError(f"unknown service order {order!r}")
 
 
-def preemption_order(entries: list[Entry], order: str) -> list[Entry]:
+def preemption_order(entries: list[Entry], order: Order) -> list[Entry]:
     """Decoding ``entries`` in the order they give up their KV when it runs out: the
     newest first (vLLM's recompute policy) or, for ``priority``, the lowest priority
     first and the newest within it."""
+    if order == "fcfs":
+        return sorted(entries, key=lambda e: e.state.request.arrival_ps, reverse=True)
     if order == "priority":
         return sorted(entries, key=lambda e: (e.state.request.priority,
                                               e.state.request.arrival_ps), reverse=True)
-    return sorted(entries, key=lambda e: e.state.request.arrival_ps, reverse=True)
+    raise ValueError(f"unknown service order {order!r}")
+
+
+class OrderedScheduler:
+    """What every scheduler decides besides its batches: which request goes first
+    (``config.order``).  The engine asks it when it takes back swapped-out or
+    handed-over requests and when it must preempt, so that policy stays here."""
+
+    config: SchedulerConfigBase
+
+    def service_order(self, states: list[RequestState]) -> list[RequestState]:
+        """``states`` (in arrival order) in the order this scheduler serves them."""
+        return in_service_order(states, self.config.order)
+
+    def preemption_order(self, entries: list[Entry]) -> list[Entry]:
+        """Decoding ``entries`` in the order they give up their KV when it runs out."""
+        return preemption_order(entries, self.config.order)
 
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from npusim.core.registry import register
-from npusim.serving.schedulers.base import SchedulerConfigBase, admit, decodes, in_service_order
+from npusim.serving.schedulers.base import OrderedScheduler, SchedulerConfigBase, admit, decodes
 from npusim.serving.state import Entry, SchedulerView
 
 
@@ -32,7 +32,7 @@ class ChunkedPrefillConfig(SchedulerConfigBase):
 
 
 @register("scheduler", ChunkedPrefillConfig)
-class ChunkedPrefillScheduler:
+class ChunkedPrefillScheduler(OrderedScheduler):
     """Decode first (each running request one token); when the budget is not used up,
     fill it with prefill chunks of waiting requests in service order (``order``)."""
 
@@ -42,12 +42,12 @@ class ChunkedPrefillScheduler:
     def schedule(self, view: SchedulerView) -> list[Entry]:
         cfg = self.config
         budget = min(cfg.token_budget, cfg.max_batch_tokens)
-        entries = decodes(in_service_order(view.running, cfg.order),
+        entries = decodes(self.service_order(view.running),
                           min(cfg.max_batch_size, budget), view)
         budget -= len(entries)
         slots = cfg.max_batch_size - len(entries)
         if budget > 0 and slots > 0:
-            entries += admit(view, in_service_order(view.waiting, cfg.order), slots, budget,
+            entries += admit(view, self.service_order(view.waiting), slots, budget,
                              chunk=cfg.prefill_chunk,
                              recompute_prefix=cfg.chunk_kv == "recompute",
                              decodes_in_batch=len(entries))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from npusim.core.registry import register
-from npusim.serving.schedulers.base import SchedulerConfigBase, admit, decodes, in_service_order
+from npusim.serving.schedulers.base import OrderedScheduler, SchedulerConfigBase, admit, decodes
 from npusim.serving.state import Entry, SchedulerView
 
 
@@ -16,7 +16,7 @@ class ContinuousConfig(SchedulerConfigBase):
 
 
 @register("scheduler", ContinuousConfig)
-class ContinuousScheduler:
+class ContinuousScheduler(OrderedScheduler):
     """Prefill-first: admitted prompts run as soon as KV allows (whole prompts, one
     iteration), otherwise every running request decodes one token."""
 
@@ -25,10 +25,9 @@ class ContinuousScheduler:
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
         # Admit only as many as a decode iteration can take, or they would queue there.
-        order = self.config.order
         slots = self.config.decode_slots - len(view.running)
-        prefills = admit(view, in_service_order(view.waiting, order), max(0, slots),
+        prefills = admit(view, self.service_order(view.waiting), max(0, slots),
                          self.config.max_batch_tokens)
         if prefills:
             return prefills
-        return decodes(in_service_order(view.running, order), self.config.decode_slots, view)
+        return decodes(self.service_order(view.running), self.config.decode_slots, view)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from npusim.core.registry import register
-from npusim.serving.schedulers.base import SchedulerConfigBase, admit, decodes, in_service_order
+from npusim.serving.schedulers.base import OrderedScheduler, SchedulerConfigBase, admit, decodes
 from npusim.serving.state import Entry, SchedulerView
 
 
@@ -16,16 +16,15 @@ class StaticConfig(SchedulerConfigBase):
 
 
 @register("scheduler", StaticConfig)
-class StaticScheduler:
+class StaticScheduler(OrderedScheduler):
     """Prefill a whole batch, decode it until every request has finished."""
 
     def __init__(self, config: StaticConfig):
         self.config = config
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
-        order = self.config.order
         if view.running or view.in_flight:
-            return (decodes(in_service_order(view.running, order), self.config.decode_slots)
+            return (decodes(self.service_order(view.running), self.config.decode_slots)
                     if not view.in_flight else [])
-        return admit(view, in_service_order(view.waiting, order), self.config.max_batch_size,
+        return admit(view, self.service_order(view.waiting), self.config.max_batch_size,
                      self.config.max_batch_tokens)
