@@ -174,16 +174,18 @@ def as_ops(source: Any) -> "pd.DataFrame":
 
 
 def read_table(path: Path, what: str, row: str, required: Sequence[str] = (),
-               times: Mapping[str, bool] | None = None, other: str = "") -> "pd.DataFrame":
-    """A CSV table ``npusim run --out`` wrote (ops.csv, requests.csv), checked: readable
-    UTF-8 CSV, the ``required`` columns, and ``times`` (column -> value needed in every
-    row) finite numbers.  Any problem is an :class:`AnalysisError` naming the file and
-    the line (and column); ``other`` is advice for a file that is some other table.  The
+               times: Mapping[str, bool] | None = None, other: str = "",
+               writer: str = "npusim run --out DIR") -> "pd.DataFrame":
+    """A CSV table ``writer`` wrote (ops.csv, requests.csv; capacity.csv), checked:
+    readable UTF-8 CSV, the ``required`` columns, and ``times`` (column -> value needed
+    in every row) finite numbers.  Any problem is an :class:`AnalysisError` naming the
+    file and the line (and column); ``other`` is advice for a file that is some other
+    table.  The
     frame's ``attrs["source"]`` names the file for later
     messages (a column a plot asks for that is not there)."""
     import pandas as pd
 
-    expected = f"expected the {what} (one line per {row}) that `npusim run --out DIR` writes"
+    expected = f"expected the {what} (one line per {row}) that `{writer}` writes"
     try:
         frame = pd.read_csv(path, low_memory=False)  # low_memory: no DtypeWarning on damage
     except UnicodeDecodeError as exc:
@@ -407,7 +409,7 @@ def capacity_probes(source: Any) -> tuple["pd.DataFrame", dict[str, Any]]:
         raise AnalysisError(f"{directory}: no capacity.json; expected the directory "
                             "`npusim capacity SCENARIO --out DIR` writes")
     frame = read_table(directory / "capacity.csv", "capacity probes", "probe",
-                       required=CAPACITY_COLUMNS,
+                       required=CAPACITY_COLUMNS, writer="npusim capacity SCENARIO --out DIR",
                        times={c: True for c in CAPACITY_COLUMNS[:4]})
     try:
         summary = json.loads(summary_path.read_text(encoding="utf-8"))

@@ -189,6 +189,11 @@ def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, 
         analysis.plot_capacity(tmp_path)
     with pytest.raises(analysis.AnalysisError, match="no capacity.json"):
         analysis.plot_capacity(tmp_path / "elsewhere")
+    found.write(tmp_path)
+    (tmp_path / "capacity.csv").write_text("rate_scale\n1\n")
+    with pytest.raises(analysis.AnalysisError, match="that `npusim capacity SCENARIO --out DIR` "
+                                                     "writes"):
+        analysis.plot_capacity(tmp_path)
 
 
 @pytest.mark.component
