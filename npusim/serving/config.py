@@ -19,6 +19,8 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
+from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
+from npusim.hw.memory.dram import MAX_CHANNELS
 from npusim.workload.llm import ModelMappingChecks, _named_part
 from npusim.workload.trace_spec import TraceSpec
 
@@ -28,11 +30,13 @@ class CoreVariant(NumbersNotBooleans):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    systolic_size: int | None = Field(None, ge=1, description="Systolic array rows = cols "
-                                                              "(e.g. 32 for 'A32').")
-    hbm_channels: int | None = Field(None, ge=1, description="HBM channels per core (each "
-                                                             "the preset's channel bandwidth; "
-                                                             "power of two).")
+    systolic_size: int | None = Field(None, ge=1, le=MAX_ARRAY_SIDE,
+                                      description="Systolic array rows = cols (e.g. 32 for "
+                                                  "'A32'; at most 4096).")
+    hbm_channels: int | None = Field(None, ge=1, le=MAX_CHANNELS,
+                                     description="HBM channels per core (each the preset's "
+                                                 "channel bandwidth; power of two, at most "
+                                                 "1024).")
 
 
 class PdConfig(NumbersNotBooleans):

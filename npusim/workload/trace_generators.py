@@ -39,10 +39,14 @@ __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
     "FixedLength", "UniformLength", "ZipfLength", "EmpiricalLength", "NormalLength", "LengthSpec",
     "generate_trace", "priority_problem", "sample_arrivals_ps", "sample_lengths",
+    "GeneratorSpec", "MAX_REQUESTS", "SPAN_LIMIT_TEXT", "fixed_span_problem", "round_up_text",
 ]
 
 
-class _Spec(NumbersNotBooleans):
+class GeneratorSpec(NumbersNotBooleans):
+    """Base of the generator specs (and of TraceSpec): unknown keys are errors, specs are
+    immutable, and booleans are not numbers."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -54,11 +58,12 @@ MAX_REQUESTS = 10_000_000
 
 #: The longest gap or trace span (seconds) an int64 picosecond arrival time can hold.
 MAX_ARRIVAL_S = MAX_ARRIVAL_PS / PS_PER_S
-_LIMIT = (f"{MAX_ARRIVAL_S:.0f} s (about {MAX_ARRIVAL_S / 86400:.1f} days, the longest span "
-          "int64 picosecond arrival times hold)")
+#: The span limit in words, for error messages that suggest a fix.
+SPAN_LIMIT_TEXT = (f"{MAX_ARRIVAL_S:.0f} s (about {MAX_ARRIVAL_S / 86400:.1f} days, the "
+                   "longest span int64 picosecond arrival times hold)")
 
 
-def _round_up(value: float) -> str:
+def round_up_text(value: float) -> str:
     """``value`` rounded *up* to 4 significant digits, so a suggested minimum works."""
     step = 10.0 ** (math.floor(math.log10(value)) - 3)
     return f"{math.ceil(value / step) * step:.4g}"
@@ -69,7 +74,7 @@ def _check_gap_s(seconds: float | None) -> float | None:
     # The float product is the one interval_ps rounds, and float-vs-int comparison is
     # exact, so a gap that passes always fits; 1e300 s gives inf here, not an overflow.
     if seconds is not None and seconds * PS_PER_S > MAX_ARRIVAL_PS:
-        raise ValueError(f"expected at most {_LIMIT}")
+        raise ValueError(f"expected at most {SPAN_LIMIT_TEXT}")
     return seconds
 
 
@@ -78,8 +83,8 @@ def _check_rate(rate: float | None) -> float | None:
     # Same float product as FixedArrival.interval_ps, so a fixed rate that passes fits.
     # (rate <= 0 is left to the field's gt=0, which pydantic may check after this.)
     if rate is not None and rate > 0 and (1.0 / rate) * PS_PER_S > MAX_ARRIVAL_PS:
-        raise ValueError(f"expected at least {_round_up(1 / MAX_ARRIVAL_S)} requests/s: a "
-                         f"mean gap of at most {_LIMIT}")
+        raise ValueError(f"expected at least {round_up_text(1 / MAX_ARRIVAL_S)} requests/s: a "
+                         f"mean gap of at most {SPAN_LIMIT_TEXT}")
     return rate
 
 
@@ -88,7 +93,7 @@ _GapSeconds = Annotated[float, AfterValidator(_check_gap_s)]
 _Rate = Annotated[float, AfterValidator(_check_rate)]
 
 
-class PoissonArrival(_Spec):
+class PoissonArrival(GeneratorSpec):
     """Poisson arrivals: exponential gaps with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"] = Field("poisson", description="Poisson arrival process.")
@@ -97,7 +102,7 @@ class PoissonArrival(_Spec):
                                           "least one per ~106.8 days).")
 
 
-class GammaArrival(_Spec):
+class GammaArrival(GeneratorSpec):
     """Gamma-distributed gaps: same mean as Poisson, burstiness set by ``cv``."""
 
     kind: Literal["gamma"] = Field("gamma", description="Gamma renewal arrival process.")
@@ -109,7 +114,7 @@ class GammaArrival(_Spec):
                                   "Poisson, > 1 bursty, < 1 more regular than Poisson.")
 
 
-class FixedArrival(_Spec):
+class FixedArrival(GeneratorSpec):
     """Evenly spaced arrivals; ``interval_s: 0`` puts every request at t = 0."""
 
     kind: Literal["fixed"] = Field("fixed", description="Fixed inter-arrival interval.")
@@ -147,14 +152,14 @@ ArrivalSpec = Annotated[Union[PoissonArrival, GammaArrival, FixedArrival],
 
 # -- length distributions ----------------------------------------------------------------
 
-class FixedLength(_Spec):
+class FixedLength(GeneratorSpec):
     """Every request has the same length."""
 
     kind: Literal["fixed"] = Field("fixed", description="Constant length.")
     tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Length in tokens.")
 
 
-class _Bounded(_Spec):
+class _Bounded(GeneratorSpec):
     low: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Smallest length in tokens (inclusive).")
     high: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Largest length in tokens (inclusive).")
 
@@ -196,7 +201,7 @@ class NormalLength(_Bounded):
                        description="Standard deviation in tokens.")
 
 
-class EmpiricalLength(_Spec):
+class EmpiricalLength(GeneratorSpec):
     """Lengths resampled (with replacement) from given values or from a trace file."""
 
     kind: Literal["empirical"] = Field("empirical", description="Resample observed lengths.")
@@ -264,7 +269,7 @@ def sample_arrivals_ps(spec: PoissonArrival | GammaArrival | FixedArrival | dict
         span_ps = (n - 1) * spec.interval_ps      # Python int: numpy would wrap silently
         if span_ps > MAX_ARRIVAL_PS:
             raise TraceError(f"{what}.{spec.set_by}: got {getattr(spec, spec.set_by)!r}; "
-                             f"{_fixed_span_problem(n, spec)}")
+                             f"{fixed_span_problem(n, spec)}")
         return np.arange(n, dtype=np.int64) * spec.interval_ps
     rng = rng if rng is not None else np.random.default_rng(0)
     mean_gap_ps = PS_PER_S / spec.rate_per_s
@@ -289,16 +294,17 @@ def sample_arrivals_ps(spec: PoissonArrival | GammaArrival | FixedArrival | dict
     raise TraceError(f"{what}.rate_per_s: got {spec.rate_per_s!r}; the sampled gaps put "
                      f"request {index} of {n} at {total / PS_PER_S:.4g} s (the mean span of "
                      f"{n} requests is {(n - 1) / spec.rate_per_s:.4g} s); expected every "
-                     f"arrival within {_LIMIT}: raise rate_per_s or generate fewer requests")
+                     f"arrival within {SPAN_LIMIT_TEXT}: raise rate_per_s or generate fewer "
+                     "requests")
 
 
-def _fixed_span_problem(n: int, spec: FixedArrival) -> str:
+def fixed_span_problem(n: int, spec: FixedArrival) -> str:
     """Why ``n`` requests ``spec.interval_ps`` apart do not fit, and what would."""
     most = 1 + MAX_ARRIVAL_PS // spec.interval_ps
     return (f"{n} requests {spec.interval_ps / PS_PER_S:.4g} s apart span "
             f"{(n - 1) * spec.interval_ps / PS_PER_S:.4g} s; expected at most {most} "
             f"requests at this interval (or a shorter one): the last arrival must come "
-            f"within {_LIMIT}")
+            f"within {SPAN_LIMIT_TEXT}")
 
 
 def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,

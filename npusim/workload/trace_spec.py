@@ -12,15 +12,16 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from npusim.core.errors import TraceError
 from npusim.core.units import PS_PER_S
-from npusim.workload.trace_generators import (_LIMIT, MAX_REQUESTS, ArrivalSpec, FixedArrival,
-                                              LengthSpec, _fixed_span_problem, _round_up, _Spec,
-                                              generate_trace, priority_problem)
+from npusim.workload.trace_generators import (MAX_REQUESTS, SPAN_LIMIT_TEXT, ArrivalSpec,
+                                              FixedArrival, GeneratorSpec, LengthSpec,
+                                              fixed_span_problem, generate_trace,
+                                              priority_problem, round_up_text)
 from npusim.workload.traces import MAX_ARRIVAL_PS, RequestTrace, read_trace, resolve_trace_path
 
 __all__ = ["TraceSpec"]
 
 
-class TraceSpec(_Spec):
+class TraceSpec(GeneratorSpec):
     """Where a serving scenario's requests come from: a trace file, or a generator.
 
     File: ``{file: traces/foo.csv, limit: 300, rate_scale: 1.0}``.  Generator:
@@ -97,7 +98,7 @@ class TraceSpec(_Spec):
         if isinstance(arrival, FixedArrival):
             gap_ps: float = arrival.interval_ps
             if (value - 1) * gap_ps > MAX_ARRIVAL_PS:
-                raise ValueError(_fixed_span_problem(value, arrival))
+                raise ValueError(fixed_span_problem(value, arrival))
         else:
             gap_ps = (1.0 / arrival.rate_per_s) * PS_PER_S
             if (value - 1) * gap_ps > MAX_ARRIVAL_PS:
@@ -105,7 +106,7 @@ class TraceSpec(_Spec):
                     f"{value} requests at arrival.rate_per_s {arrival.rate_per_s!r} span "
                     f"{(value - 1) * gap_ps / PS_PER_S:.4g} s on average; expected at most "
                     f"{1 + int(MAX_ARRIVAL_PS // gap_ps)} requests at this rate (or a higher "
-                    f"rate): the last arrival must come within {_LIMIT}")
+                    f"rate): the last arrival must come within {SPAN_LIMIT_TEXT}")
         scale = info.data.get("rate_scale")
         kept = min(value, info.data.get("limit") or value)
         last_ps = (kept - 1) * gap_ps
@@ -114,8 +115,8 @@ class TraceSpec(_Spec):
                 f"the {kept} requests kept span {last_ps / PS_PER_S:.4g} s"
                 f"{'' if isinstance(arrival, FixedArrival) else ' on average'}, "
                 f"{last_ps / PS_PER_S / scale:.4g} s after rate_scale {scale!r}; expected "
-                f"rate_scale >= {_round_up(last_ps / MAX_ARRIVAL_PS)} (or fewer requests): "
-                f"the last arrival must come within {_LIMIT}")
+                f"rate_scale >= {round_up_text(last_ps / MAX_ARRIVAL_PS)} (or fewer requests): "
+                f"the last arrival must come within {SPAN_LIMIT_TEXT}")
         return value
 
     @model_validator(mode="after")
@@ -164,6 +165,6 @@ class TraceSpec(_Spec):
                 f"{where}.rate_scale: got {self.rate_scale!r}; the generated requests span "
                 f"{last_ps / PS_PER_S:.4g} s, {last_ps / PS_PER_S / self.rate_scale:.4g} s "
                 f"after scaling; expected rate_scale >= "
-                f"{_round_up(last_ps / MAX_ARRIVAL_PS)}: the last arrival must come within "
-                f"{_LIMIT}")
+                f"{round_up_text(last_ps / MAX_ARRIVAL_PS)}: the last arrival must come within "
+                f"{SPAN_LIMIT_TEXT}")
         return trace.rescale_rate(self.rate_scale)

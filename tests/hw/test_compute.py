@@ -120,6 +120,7 @@ def test_registered_kinds():
 @pytest.mark.parametrize("fields, needle", [
     ({"rows": 0}, "rows"),
     ({"cols": -4}, "cols"),
+    ({"rows": 5000}, "less than or equal to 4096"),
     ({"dataflow": "rs"}, "dataflow"),
     ({"freq_hz": "0Hz"}, "positive frequency"),
     ({"inject_cycles": -1}, "inject_cycles"),

@@ -100,6 +100,8 @@ def test_validation_messages_are_specific():
         DramConfig.model_validate({**data, "trc_cycles": 40})
     with pytest.raises(ValidationError, match="ranks = 3 must be a power of two"):
         DramConfig.model_validate({**data, "ranks": 3})
+    with pytest.raises(ValidationError, match="less than or equal to 1024"):
+        DramConfig.model_validate({**data, "channels": 2048})
     with pytest.raises(ValidationError, match="trfc_ps .* must be < trefi_ps"):
         DramConfig.model_validate({**data, "trfc_ps": "5us"})
     with pytest.raises(ValidationError, match="has no 'ra' field"):

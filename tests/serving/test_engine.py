@@ -227,6 +227,11 @@ def test_decode_core_variant_needs_disaggregation():
     ("hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200}, "
      "port_core: 64}", "host.port_core = 64 is not a core of this 64-core chip"),
     ("workload.pd.decode_core={hbm_channels: 3}", "must be a power of two"),
+    # A typo'd size is an error, not a 100000 x 100000 array simulated in silence.
+    ("workload.pd.decode_core={systolic_size: 100000}",
+     "workload.pd.decode_core.systolic_size: Input should be less than or equal to 4096"),
+    ("workload.pd.decode_core={hbm_channels: 2048}",
+     "workload.pd.decode_core.hbm_channels: Input should be less than or equal to 1024"),
     ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"),
     ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
     # Qwen3-4B has 36 layers: 42 one-core stages would leave 6 cores without a layer.

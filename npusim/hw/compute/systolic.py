@@ -65,15 +65,22 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: Largest array side accepted: 16x TPU v1's 256x256 (Jouppi et al., ISCA 2017), far
+#: past any built array; a larger value is taken for a typo, not simulated silently.
+MAX_ARRAY_SIDE = 4096
+
+
 class SystolicConfig(PartConfig):
     """A ``rows x cols`` systolic array of multiply-accumulate PEs."""
 
     kind: Literal["systolic"] = "systolic"
     rows: int = Field(
-        128, gt=0, description="PE rows R (NpuSim Table 3: 32-128 for large cores). For "
-                               "ws/is the reduction dimension K is laid along the rows.")
+        128, gt=0, le=MAX_ARRAY_SIDE,
+        description="PE rows R (NpuSim Table 3: 32-128 for large cores; at most 4096). For "
+                    "ws/is the reduction dimension K is laid along the rows.")
     cols: int = Field(
-        128, gt=0, description="PE columns C (NpuSim Table 3: 32-128 for large cores).")
+        128, gt=0, le=MAX_ARRAY_SIDE,
+        description="PE columns C (NpuSim Table 3: 32-128 for large cores; at most 4096).")
     freq_hz: FreqHz = Field(
         500_000_000, description="Array clock (NpuSim Table 3: 500 MHz core frequency).")
     dataflow: Literal["ws", "os", "is"] = Field(

@@ -57,6 +57,11 @@ def _cycles(description: str, default: int | None = None) -> Any:
     return Field(default, ge=0, description=description + " In cycles of tck_ps.")
 
 
+#: Most channels one memory part may have: 64 HBM3 stacks of 16 pseudo-channels (a
+#: whole-wafer system); a larger value is taken for a typo, not simulated silently.
+MAX_CHANNELS = 1024
+
+
 class DramConfig(PartConfig):
     """A DRAM part: organisation, timing (cycles of ``tck_ps``), refresh, controller."""
 
@@ -64,9 +69,10 @@ class DramConfig(PartConfig):
     standard: str = Field("", description="Human-readable part name, e.g. 'DDR4-3200AA x8' "
                                           "(informational only).")
     # -- organisation ----------------------------------------------------------------
-    channels: int = Field(1, ge=1, description="Independent channels (each with its own data "
-                          "bus, queue and controller); power of two. HBM pseudo-channels count "
-                          "as channels.")
+    channels: int = Field(1, ge=1, le=MAX_CHANNELS,
+                          description="Independent channels (each with its own data bus, "
+                                      "queue and controller); power of two, at most 1024. HBM "
+                                      "pseudo-channels count as channels.")
     ranks: int = Field(1, ge=1, description="Ranks sharing one channel's data bus; power of two.")
     bank_groups: int = Field(1, ge=1, description="Bank groups per rank; power of two.")
     banks_per_group: int = Field(ge=1, description="Banks in each bank group; power of two.")
