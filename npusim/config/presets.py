@@ -8,6 +8,7 @@ file carries a comment with its source (datasheet, paper section, or ``assumptio
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+# YAML 1.1 (PyYAML) reads a float only with a decimal point and a signed exponent, so
+# `1e3`, `2.5e9` and `1e+3` would reach the schema as text and fail as "not a number";
+# YAML 1.2, JSON and Python read them as floats, as users expect.  Added after the
+# standard resolvers, so only text that is not already an int or a float is affected.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 #: Longest integer text a config, trace or model file may hold (Python's own limit for
 #: converting text to int is 4300 digits).

@@ -189,17 +189,14 @@ _WITH_UNIT = re.compile(r"\s*[-+]?[\d.]+\s*[A-Za-z/]+\s*")
 
 def _bound_problem(value: Any, kind: str) -> str | None:
     """Why ``value`` is not a usable bound of a ``kind`` distribution (a phrase that
-    follows "is"/"are"), or None.  YAML reads ``1e308`` (no dot, no sign) and ``8MiB`` as
-    text, which a bare "low <= high" message hid."""
+    follows "is"/"are"), or None.  A quoted ``'1e308'`` (or one given from Python) and
+    ``8MiB`` are text, which a bare "low <= high" message hid."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return None
     if not isinstance(value, str):
         return f"{_kind(value)}, not a number"
-    exponent = _EXPONENT.fullmatch(value.strip())
-    if exponent:
-        whole, fraction, sign, power = exponent.groups()
-        return (f"text: YAML reads a number with an exponent only with a dot and a sign, "
-                f"so write {whole}.{fraction or 0}e{sign or '+'}{power}")
+    if _EXPONENT.fullmatch(value.strip()):
+        return f"text, not a number: write it without quotes ({value.strip()})"
     if _WITH_UNIT.fullmatch(value):
         return (f"text: units are not supported in {kind} bounds; write plain numbers in "
                 "the field's base unit (bytes, ps, Hz), or list the values to choose from")

@@ -153,8 +153,7 @@ def test_workers_are_capped_at_the_points_to_run(monkeypatch, started, tmp_path)
 # ---------------------------------------------------------------- 5: clear messages
 
 @pytest.mark.parametrize("bounds, expected", [
-    ([1, "1e308"], "'1e308' is text: YAML reads a number with an exponent only with a dot "
-                   "and a sign, so write 1.0e+308"),
+    ([1, "1e308"], "'1e308' is text, not a number: write it without quotes (1e308)"),
     (["8MiB", "64MiB"], "'8MiB' and '64MiB' are text: units are not supported in uniform "
                         "bounds"),
     ([1, None], "None is an empty value, not a number"),

@@ -60,6 +60,24 @@ def test_overrides_parse_paths_and_yaml_values():
         loader.apply_override(data, ["hw", "cores", 5, "x"], 1, "hw.cores[5].x=1")
 
 
+@pytest.mark.parametrize("text, number", [("1e3", 1000.0), ("2.5e9", 2.5e9), ("1e+3", 1000.0),
+                                          ("-4E-2", -0.04), ("1_000e3", 1e6)])
+def test_exponents_without_a_decimal_point_are_numbers(text, number):
+    # PyYAML (YAML 1.1) leaves these as text; a rate or a size written so must not fail
+    # as "not a number" (YAML 1.2, JSON and Python read them as floats).
+    from npusim.config.presets import parse_yaml
+
+    assert parse_yaml(text) == number and isinstance(parse_yaml(text), float)
+    assert parse_yaml("1e3x") == "1e3x" and parse_yaml("e3") == "e3"
+    assert parse_yaml("1000") == 1000 and isinstance(parse_yaml("1000"), int)
+
+
+def test_an_exponent_fills_an_integer_field():
+    scenario = loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml",
+                                    ["hw.noc.width=4e0"])
+    assert scenario.hw.noc.width == 4
+
+
 def test_presets_merge_with_sibling_keys_winning(tmp_path, monkeypatch):
     (tmp_path / "mem").mkdir()
     (tmp_path / "mem" / "base.yaml").write_text("kind: sram\ncapacity_bytes: 1MiB\nbanks: 4\n")
