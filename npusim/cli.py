@@ -194,15 +194,25 @@ def validate(
     case: List[str] = typer.Option([], "--case", metavar="ID",
                                    help="Only these case ids (repeatable)."),
     fast: bool = typer.Option(False, "--fast", help="Skip cases marked slow."),
-    report: Optional[Path] = typer.Option(Path("docs/validation.md"), "--report", metavar="FILE",
-                                          help="Markdown report to write ('' for none)."),
+    report: Optional[Path] = typer.Option(
+        None, "--report", metavar="FILE",
+        help="Markdown report to write ('' for none; default: docs/validation.md for a run "
+             "of every case, none for a selection)."),
 ) -> None:
     """Run reference cases: simulated vs reference vs error; non-zero exit on failure."""
     from npusim.validation.runner import run_cases
 
     def action() -> None:
-        # ``--report ''`` arrives as Path('.') (typer turns '' into the current directory).
-        wanted = report if report is not None and str(report) not in ("", ".") else None
+        selection = bool(suite or case or fast)
+        if report is None:
+            # The generated docs/validation.md lists every case: a selection written over
+            # it would silently drop the others' results.
+            wanted = None if selection else Path("docs/validation.md")
+            if selection:
+                typer.echo("(a selection of cases: no report written; --report FILE writes one)")
+        else:
+            # ``--report ''`` arrives as Path('.') (typer turns '' into the current directory).
+            wanted = report if str(report) not in ("", ".") else None
         outcomes = run_cases(suite=suite, ids=case, fast=fast, report=wanted)
         failed = [o.case.id for o in outcomes if not o.passed]
         if failed:

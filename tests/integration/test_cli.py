@@ -104,6 +104,12 @@ def test_validate_writes_the_report_only_where_asked(tmp_path, monkeypatch, caps
     assert code in (0, None) and list(tmp_path.iterdir()) == []  # '' means no report
     code, _, _ = run_cli(["validate", "--case", "C-SA-01", "--report", "r.md"], capsys)
     assert code in (0, None) and "C-SA-01" in (tmp_path / "r.md").read_text()
+    # A selection without --report leaves the full docs/validation.md alone.
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "validation.md").write_text("every case\n")
+    code, out, _ = run_cli(["validate", "--case", "C-SA-01"], capsys)
+    assert code in (0, None) and "no report written" in out
+    assert (tmp_path / "docs" / "validation.md").read_text() == "every case\n"
 
 
 @pytest.mark.parametrize("make_out, expected", [
