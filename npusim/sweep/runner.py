@@ -187,7 +187,7 @@ _RUNNERS: dict[str, Callable[..., Iterator[tuple[dict, Any]]]] = {
 # ------------------------------------------------------------------ progress
 
 class _Progress:
-    """A rich progress bar on stderr: done / failed / remaining and the ETA."""
+    """A rich progress bar on stderr: ok / failed / skipped / remaining and the ETA."""
 
     def __init__(self, total: int, name: str, enabled: bool):
         self.bar = None
@@ -200,15 +200,18 @@ class _Progress:
         self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                             MofNCompleteColumn(),
                             TextColumn("ok {task.fields[ok]}  failed {task.fields[failed]}  "
+                                       "skipped {task.fields[skipped]}  "
                                        "remaining {task.fields[left]}"),
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                             console=Console(stderr=True))
-        self.task = self.bar.add_task(name, total=total, ok=0, failed=0, left=total)
+        self.task = self.bar.add_task(name, total=total, ok=0, failed=0, skipped=0,
+                                      left=total)
         self.bar.start()
 
     def update(self, summary: SweepSummary, remaining: int) -> None:
         if self.bar is not None:
-            self.bar.update(self.task, advance=1, ok=summary.ok + summary.skipped,
+            # Points skipped by constraints are counted apart, as the summary line does.
+            self.bar.update(self.task, advance=1, ok=summary.ok, skipped=summary.skipped,
                             failed=summary.failed + summary.lost, left=remaining)
 
     def close(self) -> None:

@@ -20,7 +20,8 @@ store raises :class:`~npusim.core.errors.OutputError` before any point runs.
 A row holds ``point``, ``status`` (``ok``/``failed``/``skipped``), the swept and derived
 parameters by config path, ``metrics.*`` (scalar metrics, nested dicts flattened with
 dots), ``error``, ``wall_time_s``, ``config_hash``, ``key``, ``npusim_version`` and
-``sweep``.
+``sweep``.  A parameter swept with units (``hw.core.sram.capacity_bytes: [4MiB, 8MiB]``)
+is stored as written and read back in the field's base unit (bytes, ps, Hz, B/s).
 """
 
 from __future__ import annotations
@@ -125,6 +126,43 @@ def _normalise(frame: "pd.DataFrame") -> "pd.DataFrame":
             kinds = {type(v) for v in series if v is not None and not (isinstance(v, float) and pd.isna(v))}
             if len(kinds) > 1 and not kinds <= {int, float}:
                 frame[column] = series.map(lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v))
+    return frame
+
+
+#: A parameter's unit from its config field name (units live in field names).
+_UNIT_SUFFIXES = (("_bytes", "parse_bytes"), ("_ps", "parse_time_ps"), ("_hz", "parse_freq_hz"),
+                  ("_bps", "parse_bandwidth_bps"))
+#: A size with a byte unit (``128MiB``), as the memory shorthand ``hw.core.sram: 128MiB`` takes.
+_SIZE_TEXT = re.compile(r"\s*\d+(?:\.\d+)?\s*(?:[kKMGTP]i?)?B\s*")
+
+
+def _in_base_units(frame: "pd.DataFrame", params: Iterable[str]) -> "pd.DataFrame":
+    """Swept values written with units (``[4MiB, 128MiB]``) as numbers in the field's base
+    unit (bytes, ps, Hz, B/s), so a plot orders them by size instead of as text and takes
+    a log axis.  A column is converted only when every value in it converts."""
+    import pandas as pd
+
+    from npusim.core import units
+
+    for column in params:
+        if column not in frame or pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        values = frame[column]
+        texts = [v for v in values if isinstance(v, str)]
+        if not texts:
+            continue
+        name = next((parser for suffix, parser in _UNIT_SUFFIXES if column.endswith(suffix)),
+                    "parse_bytes" if all(_SIZE_TEXT.fullmatch(t) for t in texts) else None)
+        if name is None:
+            continue
+        parse = getattr(units, name)
+        try:
+            converted = [None if v is None or (isinstance(v, float) and pd.isna(v))
+                         else parse(v) for v in values]
+        except (NpusimError, TypeError, ValueError):
+            continue  # not all of them are quantities: keep the column as written
+        frame[column] = pd.Series(converted, index=frame.index, dtype="float64"
+                                  if any(v is None for v in converted) else "int64")
     return frame
 
 
@@ -252,6 +290,8 @@ class ResultStore:
             frame["point"] = frame["key"].map(order).astype("int64")
         if "point" in frame:
             frame = frame.sort_values("point", kind="stable").reset_index(drop=True)
+        if manifest is not None:
+            frame = _in_base_units(frame, manifest.get("params", []))
         return frame[self._column_order(frame, manifest)] if columns is None else frame
 
     def _part_files(self) -> list[Path]:

@@ -45,6 +45,9 @@ def test_local_grid_runs_every_point(local_grid):
     # larger GEMMs take longer: the metric really depends on the swept parameter
     by_m = frame.groupby("workload.m")["metrics.latency_ps"].mean()
     assert by_m.is_monotonic_increasing and by_m.iloc[-1] > by_m.iloc[0]
+    # Sizes swept as text come back in bytes (a plot orders them by size, not as text).
+    assert frame["hw.core.sram.capacity_bytes"].dtype == "int64"
+    assert sorted(set(frame["hw.core.sram.capacity_bytes"])) == [16 << 20, 32 << 20, 64 << 20]
     assert (out / "results.parquet").is_file() and not list((out / "parts").glob("*.parquet"))
 
 
@@ -142,3 +145,16 @@ def test_a_random_axis_that_draws_a_point_twice_stores_and_counts_it_once(tmp_pa
     summary = run_sweep(spec, tmp_path, executor="serial")
     assert (summary.total, summary.ok, summary.duplicates) == (2, 2, 4)
     assert sorted(load_results(tmp_path)["workload.m"].unique()) == [64, 128]
+
+
+def test_the_progress_bar_counts_skipped_points_apart_from_ok_ones():
+    # The bar said "ok 6" where the summary said "5 ok, 1 skipped by constraints".
+    from npusim.sweep import runner
+
+    calls = []
+    bar = runner._Progress(0, "x", enabled=False)
+    bar.bar = type("Stub", (), {"update": lambda self, task, **fields: calls.append(fields)})()
+    bar.task = 0
+    summary = runner.SweepSummary(out_dir=".", total=6, ok=5, skipped=1)
+    bar.update(summary, remaining=0)
+    assert calls[-1]["ok"] == 5 and calls[-1]["skipped"] == 1 and calls[-1]["failed"] == 0

@@ -135,3 +135,21 @@ def test_output_directory_is_checked_without_leaving_anything(tmp_path):
     ResultStore(tmp_path / "p").check_output()  # an existing store is fine
     ResultStore(tmp_path / "new" / "deeper").check_output()
     assert not (tmp_path / "new").exists()  # the probe directory is removed again
+
+
+@pytest.mark.parametrize("column, values, expected", [
+    ("hw.core.sram.capacity_bytes", ["128MiB", "4MiB", 8388608], [128 << 20, 4 << 20, 8 << 20]),
+    ("hw.core.sram", ["32MiB", "1GiB", None], [32 << 20, 1 << 30, None]),  # memory shorthand
+    ("hw.noc.freq_hz", ["1GHz", "500MHz", "2GHz"], [10 ** 9, 5 * 10 ** 8, 2 * 10 ** 9]),
+    ("hw.dram.trefi_ps", ["3.9us", "7.8us", "1ns"], [3_900_000, 7_800_000, 1000]),
+    ("hw.preset", ["npu/a", "npu/b", "npu/c"], ["npu/a", "npu/b", "npu/c"]),  # not quantities
+    ("hw.core.sram.capacity_bytes", ["8MiB", "lots", "1GiB"], ["8MiB", "lots", "1GiB"]),
+])
+def test_swept_quantities_written_with_units_read_back_in_base_units(column, values, expected):
+    import pandas as pd
+
+    from npusim.sweep.store import _in_base_units
+
+    frame = _in_base_units(pd.DataFrame({column: values}), [column])
+    got = [None if pd.isna(v) else v for v in frame[column]]
+    assert got == expected
