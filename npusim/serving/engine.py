@@ -57,7 +57,7 @@ class ServingDriver:
 
     # -- the event loop ------------------------------------------------------------------
     def drive(self, session, progress: Callable[[int, int], None] | None = None) -> DriveOutcome:
-        states = [RequestState(r, ready_ps=r.arrival_ps) for r in self.trace]
+        states = [RequestState(r, ready_ps=r.arrival_ps, index=i) for i, r in enumerate(self.trace)]
         reps = self.replicas
         stage_free = {r.index: [0] * (len(r.groups) + 1) for r in reps}
         kv_used = {r.index: 0 for r in reps}
@@ -86,13 +86,18 @@ class ServingDriver:
         def kv_need(state: RequestState, replica: Replica) -> int:
             return state.max_tokens if reserves_max(replica) else state.prompt_target
 
+        queued: dict[int, int] = {}  # per replica: requests waiting for it (the log's)
+
         def views(replica: Replica, now: int) -> SchedulerView:
             if replica.role == "decode":
                 waiting: list[RequestState] = []
+                # Handed over, waiting for KV (or for a static batch to finish).
+                queued[replica.index] = len(pending_decode[replica.index])
             else:
                 waiting = [s for s in arrived if not s.in_flight and not s.finished
                            and not s.rejected and not s.prefill_done
                            and (s.replica is None or s.replica == replica.index)]
+                queued[replica.index] = len(waiting)
                 if swapped[replica.index]:  # swapped-out requests come back before new ones
                     waiting = [s for s in waiting if s.admitted]
             running = [s for s in arrived if not s.in_flight and not s.finished
@@ -140,7 +145,7 @@ class ServingDriver:
                 heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
             # Swapped requests come back oldest first (highest priority first, then
             # oldest, with order: priority).
-            swapped[replica.index].sort(key=lambda s: (s.request.arrival_ps, s.id))
+            swapped[replica.index].sort(key=lambda s: (s.request.arrival_ps, s.index))
             swapped[replica.index] = self.schedulers[replica.index].service_order(
                 swapped[replica.index])
             if not entries:
@@ -150,7 +155,7 @@ class ServingDriver:
                     # logged as a batch of none, so the table counts every preemption
                     log.record(replica=replica, entries=[], start_ps=now, end_ps=now,
                                kv_used_tokens=kv_used[replica.index],
-                               waiting=len(view.waiting), running=len(view.running),
+                               waiting=queued[replica.index], running=len(view.running),
                                preempted=len(victims))
                 return False
             for entry in entries:
@@ -195,7 +200,8 @@ class ServingDriver:
             picked = {id(e.state) for e in entries}
             log.record(replica=replica, entries=entries, start_ps=now, end_ps=start,
                        kv_used_tokens=kv_used[replica.index],
-                       waiting=sum(1 for s in view.waiting if id(s) not in picked),
+                       waiting=queued[replica.index]
+                       - sum(1 for s in view.waiting if id(s) in picked),
                        running=sum(1 for s in view.running if id(s) not in picked),
                        preempted=len(victims))
             in_flight[replica.index] += 1
@@ -255,8 +261,19 @@ class ServingDriver:
             # swapped-out requests are back (those come first).
             for replica in reps:
                 queue = pending_decode[replica.index]
+                if not queue:
+                    continue
+                # The scheduler's policy: static batching takes a batch only when idle.
+                limit = self.schedulers[replica.index].handover_limit(
+                    kv_used[replica.index] > 0 or in_flight[replica.index] > 0)
+                taken = 0
+                # Incremental KV: room for the token it decodes next too (as a swap-in
+                # needs), else its first step would preempt it or a neighbour at once.
+                headroom = int(self.config.kv_reservation == "incremental")
                 while (queue and not swapped[replica.index] and capacity[replica.index]
-                       - kv_used[replica.index] >= self._handover_need(queue[0])):
+                       - kv_used[replica.index] >= self._handover_need(queue[0]) + headroom
+                       and (limit is None or taken < limit)):
+                    taken += 1
                     state = queue.pop(0)
                     need = self._handover_need(state)
                     handed[replica.index] -= need

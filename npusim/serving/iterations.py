@@ -35,7 +35,9 @@ class IterationLog:
                kv_used_tokens: int, waiting: int, running: int, preempted: int) -> None:
         """Log one launched micro-batch of ``replica`` (``end_ps``: its last token out).
 
-        ``waiting`` / ``running`` are the requests the scheduler saw and left out."""
+        ``waiting`` counts the requests queued for this replica that it left out
+        (prompts not yet prefilled; on a decode replica, handed-over requests waiting
+        for KV), ``running`` the running ones it left out."""
         prefill = [e for e in entries if not e.is_decode]
         self.rows.append({
             "iteration": len(self.rows), "replica": replica.index, "role": replica.role,

@@ -30,6 +30,7 @@ class RequestState:
     recompute_tokens: int = 0          # generated tokens whose KV a preemption dropped
     chunk_recomputed: int = 0          # prompt tokens later chunks ran again (chunk_kv: recompute)
     rejected: str = ""
+    index: int = 0                     # position in the trace: breaks ties of equal arrivals
 
     @property
     def id(self) -> str:

@@ -262,3 +262,22 @@ def test_pools_with_different_tp_are_placed_on_the_cores_left():
     assert [(r["role"], r["stages"], r["cores"]) for r in replicas] == [
         ("decode", 3, 21), ("prefill", 7, 42)]
     assert result.metrics["requests_finished"] == 8
+
+
+def test_static_batching_on_a_decode_pool_takes_no_request_into_a_running_batch(tmp_path):
+    # r0 decodes alone; r1 and r2 (prefilled meanwhile) wait until it has finished and
+    # then decode together.  The decode pool used to take them into r0's batch.
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\nr0,0,100,20\n"
+                     "r1,5000000000,100,20\nr2,10000000000,100,20\n")
+    result = simulate(DISAGG, overrides=["workload.model=qwen3_1_7b",
+                                         f"workload.trace.file={trace}",
+                                         "workload.scheduler.kind=static"])
+    log = result.table("iterations")
+    sizes = log[log["role"] == "decode"]["decode_requests"].tolist()
+    assert sizes == [1] * 19 + [2] * 19
+    first = log[(log["role"] == "decode") & (log["decode_requests"] == 2)]["start_ps"].min()
+    finish = result.requests.set_index("request_id")["finish_ps"]
+    assert first >= finish["r0"]
+    # and the two waited on the decode pool's queue, which iterations.csv shows
+    assert log[log["role"] == "decode"]["waiting"].max() == 2

@@ -152,3 +152,19 @@ def test_preemption_gives_up_the_newest_or_the_lowest_priority_first(order, vict
 
     running = [state(i, prefilled=100, generated=1, priority=p) for i, p in enumerate((1, 0, 1, 0))]
     assert [e.state.id for e in preemption_order(decodes(running, 4), order)] == victims
+
+
+@pytest.mark.parametrize("order", ["fcfs", "priority"])
+def test_requests_arriving_together_are_preempted_newest_first_in_trace_order(order):
+    # A burst at t=0: sorting on arrival alone kept ties oldest first, so the oldest
+    # request of the burst (the most work to lose) was preempted first.
+    from npusim.serving.schedulers.base import decodes, preemption_order
+
+    running = []
+    for i in range(4):
+        s = RequestState(Request(f"r{i}", 0, 100, 10), index=i)
+        s.prefilled = s.kv_tokens = 100
+        s.generated, s.admitted = 1, True
+        running.append(s)
+    assert [e.state.id for e in preemption_order(decodes(running, 4), order)] == \
+        ["r3", "r2", "r1", "r0"]

@@ -57,11 +57,15 @@ def preemption_order(entries: list[Entry], order: Order) -> list[Entry]:
     """Decoding ``entries`` in the order they give up their KV when it runs out: the
     newest first (vLLM's recompute policy) or, for ``priority``, the lowest priority
     first and the newest within it."""
+    # Requests that arrived together go in trace order, so the newest is the last listed
+    # (a sort on arrival alone kept ties oldest first, preempting the oldest of a burst).
     if order == "fcfs":
-        return sorted(entries, key=lambda e: e.state.request.arrival_ps, reverse=True)
+        return sorted(entries, key=lambda e: (e.state.request.arrival_ps, e.state.index),
+                      reverse=True)
     if order == "priority":
         return sorted(entries, key=lambda e: (e.state.request.priority,
-                                              e.state.request.arrival_ps), reverse=True)
+                                              e.state.request.arrival_ps, e.state.index),
+                      reverse=True)
     raise ValueError(f"unknown service order {order!r}")
 
 
@@ -79,6 +83,12 @@ class OrderedScheduler:
     def preemption_order(self, entries: list[Entry]) -> list[Entry]:
         """Decoding ``entries`` in the order they give up their KV when it runs out."""
         return preemption_order(entries, self.config.order)
+
+    def handover_limit(self, busy: bool) -> int | None:
+        """Most handed-over requests (their prompts prefilled elsewhere) a decode replica
+        takes now; ``busy``: it still holds or runs requests.  None: as many as its KV
+        holds (requests join running batches)."""
+        return None
 
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,

@@ -22,6 +22,10 @@ class StaticScheduler(OrderedScheduler):
     def __init__(self, config: StaticConfig):
         self.config = config
 
+    def handover_limit(self, busy: bool) -> int | None:
+        """A decode pool takes a new batch only once the last one has finished."""
+        return 0 if busy else self.config.max_batch_size
+
     def schedule(self, view: SchedulerView) -> list[Entry]:
         if view.running or view.in_flight:
             return (decodes(self.service_order(view.running), self.config.decode_slots)
