@@ -7,6 +7,7 @@ exit non-zero; only bugs show a traceback.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -32,7 +33,10 @@ def _summary_table(result) -> None:
     table = Table(title=f"{metrics['scenario']} ({metrics['mode']})", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("latency", format_time_ps(metrics["latency_ps"]))
+    serving = "requests_total" in metrics
+    # A serving run's latency_ps is the simulated span (first arrival to last token).
+    table.add_row("simulated time (makespan)" if serving else "latency",
+                  format_time_ps(metrics["latency_ps"]))
     for key, label in (("ttft_ps", "TTFT"), ("tbt_ps", "TBT (mean)"),
                        ("e2e_latency_ps", "end-to-end")):
         if key in metrics:
@@ -43,7 +47,7 @@ def _summary_table(result) -> None:
                       f"{metrics['requests_total']}")
         for name, label in (("ttft", "TTFT"), ("tbt", "TBT"), ("e2e", "E2E"), ("queue", "queueing")):
             table.add_row(f"{label} p50 / p90 / p99",
-                          " / ".join(f"{metrics[f'{name}_ms_p{q}']:.1f}" for q in (50, 90, 99)) + " ms")
+                          _milliseconds([metrics[f"{name}_ms_p{q}"] for q in (50, 90, 99)]))
         table.add_row("throughput", f"{metrics['throughput_tokens_per_s']:,.1f} tokens/s")
         table.add_row("goodput (SLO met)", f"{metrics['goodput_requests_per_s']:.2f} req/s "
                                            f"({100 * metrics['slo_attainment']:.0f}%)")
@@ -54,14 +58,18 @@ def _summary_table(result) -> None:
         for replica, its in metrics["iterations_by_replica"].items():
             table.add_row(f"{replica}: batch mean / KV peak",
                           f"{its['batch_requests_mean']:.1f} req / {100 * its['kv_utilisation_peak']:.0f}%")
+        for replica, share in metrics.get("sa_utilisation_by_replica", {}).items():
+            table.add_row(f"{replica}: systolic arrays busy", f"{100 * share:.1f}%")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
-        table.add_row("throughput", f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
+        table.add_row("compute throughput", f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
     for level, size in metrics["bytes_by_level"].items():
         if size:
             table.add_row(f"bytes moved @ {level}", format_bytes(size))
-    busiest = sorted(metrics["unit_utilisation"].items(), key=lambda kv: -kv[1])[:5]
+    # The five busiest units; equal shares in natural order (core2 before core10).
+    busiest = sorted(metrics["unit_utilisation"].items(),
+                     key=lambda kv: (-kv[1], _natural(kv[0])))[:5]
     for unit, share in busiest:
         if share > 0:
             table.add_row(f"utilisation {unit}", f"{100 * share:.1f}%")
@@ -70,6 +78,18 @@ def _summary_table(result) -> None:
     table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
     table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")
     Console().print(table)
+
+
+def _natural(name: str) -> tuple:
+    """Sort key that orders the numbers inside a name by value (core2 before core10)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def _milliseconds(values: list[float]) -> str:
+    """``a / b / c ms``, or seconds when the largest is 10 s or more."""
+    if max(values) >= 10_000:
+        return " / ".join(f"{v / 1e3:.2f}" for v in values) + " s"
+    return " / ".join(f"{v:.1f}" for v in values) + " ms"
 
 
 def _simulate_with_progress(simulate, config, quiet: bool):

@@ -30,6 +30,26 @@ def test_run_writes_every_output(tmp_path, capsys):
     assert "latency" in out
 
 
+def test_the_serving_summary_names_the_makespan_and_each_pool(tmp_path, capsys):
+    scenario = REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
+    code, out, _ = run_cli(["run", str(scenario), "--out", str(tmp_path), "--mode", "analytic",
+                            "--set", "workload.model=qwen3_1_7b",
+                            "--set", "workload.trace.limit=4"], capsys)
+    assert code in (0, None)
+    assert "simulated time (makespan)" in out and "compute throughput" in out
+    assert "decode0: systolic arrays busy" in out and "prefill1: systolic arrays busy" in out
+    assert out.count("│ throughput ") == 1  # tokens/s; FLOP/s is "compute throughput"
+
+
+def test_summary_helpers_order_names_naturally_and_switch_to_seconds():
+    from npusim.cli import _milliseconds, _natural
+
+    assert sorted(["core10.sa", "core2.sa", "core1.sa"], key=_natural) == \
+        ["core1.sa", "core2.sa", "core10.sa"]
+    assert _milliseconds([1.25, 2.0, 9999.0]) == "1.2 / 2.0 / 9999.0 ms"
+    assert _milliseconds([65687.9, 88056.2, 90124.0]) == "65.69 / 88.06 / 90.12 s"
+
+
 @pytest.mark.parametrize("override, expected", [
     ("hw.noc.widht=4", "unknown key"),                          # unknown key
     ("hw.core.sram.capacity_bytes=12XB", "'12XB'"),             # malformed unit
