@@ -64,6 +64,11 @@ def test_registered_and_config_validation():
     assert NocConfig(flit_bytes=64).link_bandwidth_bps == 64 * 500 * 10**6
     with pytest.raises(pydantic.ValidationError, match="does not match flit_bytes x freq_hz"):
         NocConfig(flit_bytes=32, link_bandwidth_bps="100GB/s")
+    # Only bandwidth and clock given: the message says the flit is not whole bytes and how
+    # to fix it, instead of blaming a flit_bytes the user never wrote.
+    with pytest.raises(pydantic.ValidationError, match=r"is 13.33 bytes per cycle.*"
+                                                       r"link_bandwidth_bps: null"):
+        NocConfig(link_bandwidth_bps="16GB/s", freq_hz="1.2GHz")
     with pytest.raises(pydantic.ValidationError, match="ring needs at least 3 nodes"):
         NocConfig(topology="ring", width=2, height=1)
     with pytest.raises(pydantic.ValidationError):

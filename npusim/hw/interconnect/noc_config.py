@@ -93,6 +93,15 @@ class NocConfig(PartConfig):
         if bandwidth is None:
             bandwidth = flit * self.freq_hz
         implied = flit * self.freq_hz
+        if abs(implied - bandwidth) > BANDWIDTH_MATCH_TOLERANCE * bandwidth \
+                and self.flit_bytes is None:
+            # Only bandwidth and clock were given: the flit they imply is not whole bytes.
+            raise ValueError(
+                f"link_bandwidth_bps ({bandwidth} B/s) at freq_hz {self.freq_hz} Hz is "
+                f"{bandwidth / self.freq_hz:.4g} bytes per cycle, and a link moves one whole "
+                f"flit per cycle ({flit} B gives {implied} B/s); give link_bandwidth_bps a "
+                f"whole number of bytes per cycle (e.g. {implied} B/s), or give flit_bytes "
+                "with link_bandwidth_bps: null to derive the bandwidth from the clock")
         if abs(implied - bandwidth) > BANDWIDTH_MATCH_TOLERANCE * bandwidth:
             raise ValueError(
                 f"link_bandwidth_bps ({bandwidth} B/s) does not match flit_bytes x freq_hz "
