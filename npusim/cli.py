@@ -177,6 +177,9 @@ def run(
         if not quiet:
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")
+            if not result.config.get("run", {}).get("trace", True):
+                typer.echo("  (run.trace is false: ops.csv and trace.json hold no per-task "
+                           "rows; --set run.trace=true records them)")
 
     _guard(action)
 
