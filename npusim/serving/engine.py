@@ -305,6 +305,10 @@ class ServingDriver:
 
     # -- helpers -------------------------------------------------------------------------
     def _admissible(self, state: RequestState, capacity: dict[int, int]) -> str:
+        window = getattr(self.model, "max_position_embeddings", None)
+        if window and state.max_tokens > window:  # as vLLM refuses a prompt past max_model_len
+            return (f"prompt + output = {state.max_tokens} tokens exceed {self.model.name}'s "
+                    f"context window of {window} tokens (max_position_embeddings)")
         decode = [capacity[r.index] for r in self.replicas if r.role == "decode"]
         if decode:  # disaggregation: the prompt must fit a prefill replica, the whole
             # request a decode replica (else it would wait for one forever)

@@ -158,8 +158,14 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
         if self.prefill_chunk and self.prefill_chunk > self.prompt_len:
             raise ValueError(f"prefill_chunk ({self.prefill_chunk}) exceeds prompt_len "
                              f"({self.prompt_len})")
+        from npusim.workload.models import load_model
+
+        window = load_model(self.model).max_position_embeddings
+        if window and self.total_len > window:
+            raise ValueError(f"prompt_len: prompt_len + output_len = {self.total_len} "
+                             f"tokens exceed {self.model}'s context window of {window} "
+                             "(max_position_embeddings in its config.json)")
         if self.routing is not None:
-            from npusim.workload.models import load_model
             from npusim.workload.routing import read_routing_trace
 
             model = load_model(self.model)

@@ -281,3 +281,12 @@ def test_static_batching_on_a_decode_pool_takes_no_request_into_a_running_batch(
     assert first >= finish["r0"]
     # and the two waited on the decode pool's queue, which iterations.csv shows
     assert log[log["role"] == "decode"]["waiting"].max() == 2
+
+
+def test_a_request_past_the_models_context_window_is_rejected_with_a_reason(tmp_path):
+    trace = tmp_path / "t.csv"  # qwen3_1_7b: max_position_embeddings 40960
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\nr0,0,40950,11\nr1,1000,100,4\n")
+    table = simulate(FUSION, overrides=["workload.model=qwen3_1_7b",
+                                        f"workload.trace.file={trace}"]).requests
+    assert table["status"].tolist() == ["rejected", "finished"]
+    assert "40961 tokens exceed qwen3_1_7b's context window of 40960" in table["reason"][0]

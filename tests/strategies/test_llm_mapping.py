@@ -130,6 +130,8 @@ def test_a_model_that_does_not_fit_says_by_how_much():
     ("workload.model=qwen9_100b", "no shipped model of that name"),
     ("workload.tp=128", "exceeds the chip's 64 cores"),
     ("workload.pipeline_stages=40", "needs 160 cores"),
+    ("workload.output_len=40960", r"prompt_len \+ output_len = 40976 tokens exceed qwen3_1_7b's "
+                                  "context window of 40960"),
 ])
 def test_bad_mapping_choices_name_the_field_and_the_choices(override, message):
     with pytest.raises((ConfigError, MappingError), match=message):
