@@ -33,11 +33,13 @@ def test_every_request_is_finished_and_accounted_for():
 
 
 def test_a_request_that_can_never_fit_is_rejected_with_a_reason():
+    # 8-byte KV in 256 MiB of HBM per core: room for ~12.6k tokens, within the context window
     result = serve(FUSION, "workload.trace={arrival: {kind: fixed, interval_s: 0.5}, "
-                           "prompt: 60000000, output: 4, num_requests: 2}")
+                           "prompt: 30000, output: 4, num_requests: 2}",
+                   "workload.kv_sram_fraction=0", "hw.hbm.rows=4096", "workload.kv_dtype_bytes=8")
     table = result.requests
     assert set(table["status"]) == {"rejected"}
-    assert table["reason"].str.contains("needs KV for 60000004 tokens").all()
+    assert table["reason"].str.contains("needs KV for 30004 tokens").all()
 
 
 def test_continuous_batching_beats_static_batching_on_ttft():
