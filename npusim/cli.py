@@ -190,7 +190,8 @@ def list_parts() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from npusim.config.presets import list_presets, workloads_root
+    from npusim.config.presets import REPO_ROOT, list_presets, workloads_root
+    from npusim.workload.model_config import list_models
     from npusim.core import registry
     from npusim.validation.bench_registry import bench_names
 
@@ -204,9 +205,23 @@ def list_parts() -> None:
             table.add_row(category, kind, entry.help)
     console.print(table)
     console.print("[bold]hardware presets[/bold]: " + ", ".join(list_presets()))
-    scenarios = sorted(str(p.relative_to(workloads_root().parent))
-                       for p in (workloads_root() / "scenarios").glob("*.yaml"))
-    console.print("[bold]scenarios[/bold]: " + ", ".join(scenarios))
+    root = workloads_root()
+
+    def shown(path: Path) -> str:
+        for base in (root.parent, REPO_ROOT):  # NPUSIM_WORKLOADS may point elsewhere
+            if path.is_relative_to(base):
+                return str(path.relative_to(base))
+        return str(path)
+
+    def files(folder: Path, *patterns: str) -> str:
+        found = sorted(shown(p) for pattern in patterns for p in folder.glob(pattern))
+        return ", ".join(found) or "(none)"
+
+    console.print("[bold]models[/bold] (workload.model): " + ", ".join(list_models()))
+    console.print("[bold]scenarios[/bold] (npusim run): " + files(root / "scenarios", "*.yaml"))
+    console.print("[bold]sweep specs[/bold] (npusim sweep): " + files(root / "sweeps", "*.yaml"))
+    console.print("[bold]request traces[/bold] (--trace): "
+                  + files(REPO_ROOT / "traces", "*.csv", "*.jsonl"))
     console.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
 
 

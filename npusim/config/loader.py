@@ -299,6 +299,10 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         raise ConfigError(source, [("", "file is empty; expected a scenario mapping")])
     if not isinstance(data, dict):
         raise ConfigError(source, [("", f"expected a mapping at the top level, got {type(data).__name__}")])
+    if "axes" in data and "hw" not in data and "workload" not in data:  # a sweep spec
+        raise ConfigError(source, [("", "this looks like a sweep spec (it has axes:), not a "
+                                        "scenario; run it with `npusim sweep`, or run its "
+                                        "base: scenario with `npusim run`")])
     _anchor_files(data, Path(path).resolve().parent)
     if hw_file is not None:
         hw = read_yaml(Path(hw_file))

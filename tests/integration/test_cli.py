@@ -205,3 +205,13 @@ def test_a_run_that_fails_leaves_no_empty_output_directory(tmp_path, capsys):
                             "--set", "workload.cores=[0, 200]"], capsys)
     assert code == 2 and "core 200 does not exist" in err
     assert not (tmp_path / "new").exists()  # the --out check probed it and cleaned up
+
+
+def test_list_shows_what_ships_models_scenarios_sweeps_and_traces(capsys):
+    code, out, _ = run_cli(["list"], capsys)
+    assert code in (0, None)
+    flat = " ".join(out.split())  # rich wraps long lines
+    for needle in ("qwen3_4b", "workloads/scenarios/quickstart.yaml",
+                   "workloads/sweeps/quickstart_grid.yaml", "traces/ratio_1_1_32.csv",
+                   "hardware presets", "component benches"):
+        assert needle in flat, needle

@@ -206,3 +206,10 @@ def test_a_bad_choice_that_is_part_of_an_allowed_one_is_still_shown():
     with pytest.raises(ConfigError) as info:
         loader.validate(Run, {"mode": "analy"}, "s.yaml")
     assert "(got 'analy')" in str(info.value)
+
+
+def test_running_a_sweep_spec_as_a_scenario_says_what_it_is():
+    # It used to list five schema errors (base: unknown key, hw: missing, ...).
+    with pytest.raises(ConfigError, match=r"looks like a sweep spec .* `npusim sweep`") as info:
+        loader.load_scenario(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml")
+    assert len(info.value.problems) == 1
