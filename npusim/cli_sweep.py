@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand
+from npusim.cli_common import OnceOptionsCommand, mode_option, set_option
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
@@ -31,8 +31,13 @@ def sweep(
                                             "loopback)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Run failed points again."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    overrides: List[str] = set_option(),
+    mode: Optional[str] = mode_option(),
 ) -> None:
     """Run every point of a sweep and store one Parquet row per point in OUT.
+
+    --set and --mode apply to every point, after the spec's own set: (they change every
+    point's key, so results stored without them are not reused).
 
     Exits 1 if a point failed (in this run or stored by an earlier one) or was lost,
     after every result is written; 2 on a user error before any point runs."""
@@ -44,7 +49,8 @@ def sweep(
         if scheduler is not None and executor != "dask":  # '' too: never ignored silently
             raise NpusimError("--scheduler needs --executor dask")
         check_options(executor, workers, scheduler)  # before the spec is read and resolved
-        parsed = load_spec(spec)
+        extra = [*overrides, *([f"run.mode={mode}"] if mode is not None else [])]
+        parsed = load_spec(spec, extra)
         out_dir = (option_path(out, "--out", "a directory for the sweep results")
                    or Path("out") / "sweeps" / parsed.name)
         ResultStore(out_dir).check_output("--out")  # before any point is resolved or run

@@ -209,13 +209,20 @@ def _base_defaults(spec: SweepSpec) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- parsing
 
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read and check a sweep spec YAML file."""
+def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> SweepSpec:
+    """Read and check a sweep spec YAML file; ``extra_set`` (``path=value`` texts, as
+    ``npusim sweep --set`` gives them) are appended to its ``set:`` and apply to every
+    point (a later one wins, as with ``npusim run --set``)."""
     from npusim.config.presets import read_yaml
 
     path = Path(path)
-    return spec_from_dict(read_yaml(path), source=str(path), root=path.parent,
-                          default_name=path.stem)
+    data = read_yaml(path)
+    if extra_set and isinstance(data, Mapping):
+        given = data.get("set")
+        if isinstance(given, Mapping):
+            given = [format_override(str(p), v) for p, v in given.items()]
+        data = {**data, "set": [*(given or []), *extra_set]}
+    return spec_from_dict(data, source=str(path), root=path.parent, default_name=path.stem)
 
 
 def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None = None,

@@ -276,3 +276,16 @@ def test_a_path_is_swept_by_one_block_and_never_also_derived():
     problems = dict(info.value.problems)
     assert "already swept by axes[0]" in problems["axes[1].grid.workload.m"]
     assert "is swept by axes[2]" in problems["derived.workload.k"]
+
+
+def test_cli_overrides_apply_to_every_point_after_the_specs_own_set():
+    # npusim sweep SPEC --set ... --mode ...: appended to set:, so a later one wins.
+    spec = load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml",
+                     ["run.mode=tlm", "hw.noc.link_latency_cycles=2"])
+    assert spec.set[-2:] == ["run.mode=tlm", "hw.noc.link_latency_cycles=2"]
+    config = spec.points()[0].config
+    assert config["run"]["mode"] == "tlm" and config["hw"]["noc"]["link_latency_cycles"] == 2
+    plain = load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml")
+    assert spec.points()[0].key != plain.points()[0].key  # not mistaken for stored results
+    with pytest.raises(ConfigError, match="set.run.mode: Input should be 'tlm' or 'analytic'"):
+        load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", ["run.mode=fast"])
