@@ -104,8 +104,20 @@ class SloConfig(NumbersNotBooleans):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_ms: float = Field(2000.0, gt=0, description="A request meets the SLO if its TTFT "
-                                                      "is at most this (ms)...")
-    tbt_ms: float = Field(200.0, gt=0, description="... and its mean TBT at most this (ms).")
+                                                      "is at most this (ms, or a time such "
+                                                      "as '1.5s')...")
+    tbt_ms: float = Field(200.0, gt=0, description="... and its mean TBT at most this (ms, "
+                                                    "or a time such as '50ms').")
+
+    @field_validator("ttft_ms", "tbt_ms", mode="before")
+    @classmethod
+    def _time_text(cls, value: Any) -> Any:
+        """A time with a unit (``200ms``, ``1.5s``), as other time fields take, in ms."""
+        if isinstance(value, str) and any(ch.isalpha() for ch in value):
+            from npusim.core.units import parse_time_ps
+
+            return parse_time_ps(value) / 1e9
+        return value
 
 
 class ServingWorkloadConfig(ModelMappingChecks, PartConfig):

@@ -130,19 +130,26 @@ def _normalise(frame: "pd.DataFrame") -> "pd.DataFrame":
 
 
 #: A parameter's unit from its config field name (units live in field names).
-_UNIT_SUFFIXES = (("_bytes", "parse_bytes"), ("_ps", "parse_time_ps"), ("_hz", "parse_freq_hz"),
-                  ("_bps", "parse_bandwidth_bps"))
+_UNIT_SUFFIXES = ("_bytes", "_ps", "_hz", "_bps", "_ms")
 #: A size with a byte unit (``128MiB``), as the memory shorthand ``hw.core.sram: 128MiB`` takes.
 _SIZE_TEXT = re.compile(r"\s*\d+(?:\.\d+)?\s*(?:[kKMGTP]i?)?B\s*")
 
 
+def _unit_parser(suffix: str):
+    """The parser of a field whose name ends in ``suffix`` (numbers pass through)."""
+    from npusim.core import units
+
+    if suffix == "_ms":  # serving SLOs: float milliseconds
+        return lambda v: units.parse_time_ps(v) / 1e9 if isinstance(v, str) else v
+    return {"_bytes": units.parse_bytes, "_ps": units.parse_time_ps,
+            "_hz": units.parse_freq_hz, "_bps": units.parse_bandwidth_bps}[suffix]
+
+
 def _in_base_units(frame: "pd.DataFrame", params: Iterable[str]) -> "pd.DataFrame":
     """Swept values written with units (``[4MiB, 128MiB]``) as numbers in the field's base
-    unit (bytes, ps, Hz, B/s), so a plot orders them by size instead of as text and takes
-    a log axis.  A column is converted only when every value in it converts."""
+    unit (bytes, ps, Hz, B/s; ms for ``*_ms``), so a plot orders them by size instead of
+    as text and takes a log axis.  A column is converted only when every value converts."""
     import pandas as pd
-
-    from npusim.core import units
 
     for column in params:
         if column not in frame or pd.api.types.is_numeric_dtype(frame[column]):
@@ -151,18 +158,19 @@ def _in_base_units(frame: "pd.DataFrame", params: Iterable[str]) -> "pd.DataFram
         texts = [v for v in values if isinstance(v, str)]
         if not texts:
             continue
-        name = next((parser for suffix, parser in _UNIT_SUFFIXES if column.endswith(suffix)),
-                    "parse_bytes" if all(_SIZE_TEXT.fullmatch(t) for t in texts) else None)
-        if name is None:
+        suffix = next((end for end in _UNIT_SUFFIXES if column.endswith(end)),
+                      "_bytes" if all(_SIZE_TEXT.fullmatch(t) for t in texts) else None)
+        if suffix is None:
             continue
-        parse = getattr(units, name)
+        parse = _unit_parser(suffix)
         try:
             converted = [None if v is None or (isinstance(v, float) and pd.isna(v))
                          else parse(v) for v in values]
         except (NpusimError, TypeError, ValueError):
             continue  # not all of them are quantities: keep the column as written
-        frame[column] = pd.Series(converted, index=frame.index, dtype="float64"
-                                  if any(v is None for v in converted) else "int64")
+        whole = all(isinstance(v, int) for v in converted if v is not None)
+        frame[column] = pd.Series(converted, index=frame.index, dtype="int64"
+                                  if whole and None not in converted else "float64")
     return frame
 
 

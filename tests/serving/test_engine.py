@@ -292,3 +292,11 @@ def test_a_request_past_the_models_context_window_is_rejected_with_a_reason(tmp_
                                         f"workload.trace.file={trace}"]).requests
     assert table["status"].tolist() == ["rejected", "finished"]
     assert "40961 tokens exceed qwen3_1_7b's context window of 40960" in table["reason"][0]
+
+
+@pytest.mark.parametrize("text, ms", [("200ms", 200.0), ("1.5s", 1500.0), ("250", 250.0)])
+def test_slo_thresholds_take_times_with_units(text, ms):
+    from npusim.config.loader import load_scenario
+
+    scenario = load_scenario(FUSION, [f"workload.slo.ttft_ms={text}", f"workload.slo.tbt_ms={text}"])
+    assert scenario.workload.slo.ttft_ms == ms == scenario.workload.slo.tbt_ms

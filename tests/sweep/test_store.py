@@ -142,6 +142,7 @@ def test_output_directory_is_checked_without_leaving_anything(tmp_path):
     ("hw.core.sram", ["32MiB", "1GiB", None], [32 << 20, 1 << 30, None]),  # memory shorthand
     ("hw.noc.freq_hz", ["1GHz", "500MHz", "2GHz"], [10 ** 9, 5 * 10 ** 8, 2 * 10 ** 9]),
     ("hw.dram.trefi_ps", ["3.9us", "7.8us", "1ns"], [3_900_000, 7_800_000, 1000]),
+    ("workload.slo.ttft_ms", ["200ms", "1.5s", 100], [200.0, 1500.0, 100.0]),
     ("hw.preset", ["npu/a", "npu/b", "npu/c"], ["npu/a", "npu/b", "npu/c"]),  # not quantities
     ("hw.core.sram.capacity_bytes", ["8MiB", "lots", "1GiB"], ["8MiB", "lots", "1GiB"]),
 ])
