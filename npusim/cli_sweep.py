@@ -85,7 +85,7 @@ def plot(
                                   "capacity search (npusim capacity --out)."),
     kind: str = typer.Option(..., "--kind", "-k", metavar="KIND",
                              help="line | heatmap | pareto | cdf | "
-                             "timeline | batches (a serving run's batch size, KV and queue "
+                             "timeline | batches (a serving run's requests in flight, KV and queue "
                              "per replica over time) | capacity (SLO attainment against "
                              "offered load)"),
     x: Optional[str] = typer.Option(None, "--x", "-x", metavar="COLUMN",

@@ -232,10 +232,13 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
 
 def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     """Three panels over simulated time, one line per replica, from a serving Result or
-    run directory (its iterations.csv): requests in each launched micro-batch, the share
-    of the replica's KV reserved at launch, and the requests the scheduler left out
-    (waiting for prefill plus running but not in the batch).  A pool that cannot keep
-    up shows batches pinned at ``max_batch_size`` and a queue that keeps growing."""
+    run directory (its iterations.csv): requests in flight when each micro-batch is
+    launched (in every micro-batch of the replica's pipeline, this one included: a
+    pipelined replica alternates large and small micro-batches, which plotted one by one
+    fill a band), the share of the replica's KV reserved at launch, and the requests the
+    scheduler left out (queued plus running but not in the batch).  A pool that cannot
+    keep up shows its requests in flight pinned at its batch slots and a queue that keeps
+    growing."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -254,19 +257,34 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     FigureCanvasAgg(figure)
     axes = figure.subplots(3, 1, sharex=True)
     for (replica, role), rows in frame.groupby(["replica", "role"], sort=True):
+        rows = rows.sort_values("start_ps", kind="stable")
         time = rows["start_ps"].to_numpy(dtype=float) / factor
         label = f"{role}{replica}"
-        axes[0].step(time, rows["requests"], where="post", label=label)
+        axes[0].step(time, _in_flight(rows), where="post", label=label)
         axes[1].step(time, 100.0 * rows["kv_used_tokens"] / rows["kv_capacity_tokens"],
                      where="post", label=label)
         axes[2].step(time, rows["waiting"] + rows["running"], where="post", label=label)
-    for ax, ylabel in zip(axes, ("requests per micro-batch", "KV reserved (%)", "requests left out")):
+    for ax, ylabel in zip(axes, ("requests in flight", "KV reserved (%)", "requests left out")):
         ax.set_ylabel(ylabel, fontsize="small")
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize="small", loc="upper right")
     axes[-1].set_xlabel(xlabel)
     axes[0].set_title(title or "serving iterations per replica", fontsize="medium")
     return figure
+
+
+def _in_flight(rows) -> "np.ndarray":
+    """Requests in a replica's micro-batches under way at each launch (``rows`` sorted by
+    start): those launched so far, this one included, minus those of batches that
+    ended by then."""
+    import numpy as np
+
+    starts = rows["start_ps"].to_numpy()
+    requests = rows["requests"].to_numpy()
+    order = np.argsort(rows["end_ps"].to_numpy(), kind="stable")
+    ends = rows["end_ps"].to_numpy()[order]
+    finished = np.concatenate([[0], np.cumsum(requests[order])])
+    return np.cumsum(requests) - finished[np.searchsorted(ends, starts, side="right")]
 
 
 def plot_capacity(source: Any, title: str | None = None) -> "Figure":

@@ -75,3 +75,15 @@ def test_the_batches_plot_names_what_is_missing_or_damaged(tmp_path, capsys):
     (out / "iterations.csv").write_text("iteration,replica\n0,0\n")
     with pytest.raises(AnalysisError, match=r"iterations.csv: no column 'role'"):
         plot_serving_timeline(out)
+
+
+def test_requests_in_flight_add_up_the_micro_batches_under_way():
+    # A pipelined replica alternates big and small micro-batches; the plot shows what the
+    # replica holds at each launch instead of a band between the two sizes.
+    import pandas as pd
+
+    from npusim.analysis.plots import _in_flight
+
+    rows = pd.DataFrame({"start_ps": [0, 2, 10, 30], "end_ps": [10, 12, 20, 40],
+                         "requests": [4, 1, 3, 2]})
+    assert _in_flight(rows).tolist() == [4, 5, 4, 2]
