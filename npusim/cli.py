@@ -63,7 +63,8 @@ def _summary_table(result) -> None:
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
-        table.add_row("compute throughput", f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
+        table.add_row("compute throughput",
+                      f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
     for level, size in metrics["bytes_by_level"].items():
         if size:
             table.add_row(f"bytes moved @ {level}", format_bytes(size))

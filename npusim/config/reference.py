@@ -294,8 +294,8 @@ def render() -> str:
         "frequencies `500MHz`, bandwidths `460GB/s` or `16Gb/s`); inside, fields hold integer "
         "picoseconds, bytes, hertz and bytes per second, and field names carry their unit. "
         "Numbers with an exponent read as in YAML 1.2 and JSON (`1e9`, not only `1.0e+9`); "
-        "an integer field takes `4e0` but not `2.5`. Unknown keys are rejected. Any mapping may start from `preset: NAME` (a file under "
-        "`hwconfigs/`) and override keys. See [cli.md](cli.md) for `--set` overrides.", "",
+        "an integer field takes `4e0` but not `2.5`. Unknown keys are rejected. Any mapping "
+        "may start from `preset: NAME` (a file under `hwconfigs/`) and override keys. See [cli.md](cli.md) for `--set` overrides.", "",
         "## Contents", "",
     ]
     lines.append(f"- [scenario (top level)](#{docs[0].anchor})")
