@@ -50,7 +50,8 @@ class PdConfig(NumbersNotBooleans):
                               "separate prefill and decode cores, KV sent over the NoC.")
     tp: int = Field(4, ge=1, description="Cores per pipeline stage (TP group).")
     cores: int | None = Field(None, ge=1, description="Fusion: cores used (default: all, "
-                                                      "rounded down to a multiple of tp).")
+                                                      "rounded down to a multiple of tp x "
+                                                      "dp; a value given must be one).")
     dp: int = Field(1, ge=1, description="Fusion: data-parallel replicas (each a pipeline "
                                          "holding the whole model).")
     prefill_cores: int | None = Field(None, ge=1, description="Disaggregation: cores for "
@@ -80,6 +81,12 @@ class PdConfig(NumbersNotBooleans):
             raise ValueError(f"{', '.join(given)}: only mode: {other} uses "
                              f"{'it' if len(given) == 1 else 'them'}; mode: {self.mode} would "
                              "ignore it (remove it, or set pd.mode)")
+        if self.mode == "fusion" and self.cores is not None and self.cores % (self.tp * self.dp):
+            group, idle = self.tp * self.dp, self.cores % (self.tp * self.dp)
+            raise ValueError(f"pd.cores = {self.cores} is not a multiple of tp x dp = {group}: "
+                             f"{idle} core(s) would sit idle; expected {self.cores - idle} or "
+                             f"{self.cores - idle + group} (or leave pd.cores out: the whole "
+                             "chip, rounded down)")
         if self.mode == "disaggregation":
             for role, cores, tp, dp in (("prefill", self.prefill_cores, self.prefill_tp, self.prefill_dp),
                                         ("decode", self.decode_cores, self.decode_tp, self.decode_dp)):

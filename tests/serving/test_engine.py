@@ -236,6 +236,9 @@ def test_decode_core_variant_needs_disaggregation():
      "workload.pd.decode_core.hbm_channels: Input should be less than or equal to 1024"),
     ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"),
     ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
+    # fusion too: an explicit core count that leaves cores idle is an error, not rounded
+    ("workload.pd={mode: fusion, cores: 50, tp: 4}",
+     "pd.cores = 50 is not a multiple of tp x dp = 4: 2 core(s) would sit idle"),
     # Qwen3-4B has 36 layers: 42 one-core stages would leave 6 cores without a layer.
     ("workload.pd.tp=1", "workload.pd.prefill_cores = 42: 1 pipeline(s) of TP 1 groups make "
                          "42 stages each, but qwen3_4b has 36 layers"),
