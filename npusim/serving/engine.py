@@ -122,6 +122,8 @@ class ServingDriver:
             nonlocal done_count
             state.rejected = reason
             done_count += 1
+            if progress is not None:  # a rejected request is done too: the bar reaches the end
+                progress(done_count, len(states))
 
         def launch(replica: Replica, now: int) -> bool:
             view = views(replica, now)

@@ -303,3 +303,12 @@ def test_slo_thresholds_take_times_with_units(text, ms):
 
     scenario = load_scenario(FUSION, [f"workload.slo.ttft_ms={text}", f"workload.slo.tbt_ms={text}"])
     assert scenario.workload.slo.ttft_ms == ms == scenario.workload.slo.tbt_ms
+
+
+def test_progress_counts_rejected_requests_so_it_reaches_the_total(tmp_path):
+    trace = tmp_path / "t.csv"  # r1 is past qwen3_1_7b's 40960-token window: rejected
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\nr0,0,100,4\nr1,1000,50000,4\n")
+    seen = []
+    simulate(FUSION, overrides=["workload.model=qwen3_1_7b", f"workload.trace.file={trace}"],
+             progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (2, 2) and len(seen) == 2
