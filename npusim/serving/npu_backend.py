@@ -243,7 +243,7 @@ def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     def ctx(value: int) -> int:
         return -(-value // bucket) * bucket
 
-    def tokens(value: int) -> int:  # prefill chunks: rounded up to 1/8 of the context bucket
+    def tokens(value: int) -> int:  # prefill chunks: rounded up to half the context bucket
         step = max(1, bucket // 2)
         return -(-value // step) * step
     # A recomputed prefix is timed as part of the chunk: its tokens run again, causally,
