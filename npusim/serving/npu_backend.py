@@ -379,6 +379,10 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
              max_request_tokens: int, key_ids: dict) -> Replica:
     iteration_tokens = min(config.scheduler.max_batch_tokens,
                            getattr(config.scheduler, "token_budget", config.scheduler.max_batch_tokens))
+    if getattr(config.scheduler, "chunk_kv", "keep") == "recompute":
+        # A chunk runs its prompt prefix again, beyond the budget's new tokens: up to a
+        # whole request's tokens more activations in one iteration.
+        iteration_tokens += max_request_tokens
     shim = SimpleNamespace(
         dtype_bytes=config.dtype_bytes, kv_dtype_bytes=config.kv_dtype_bytes, tp=tp,
         prefill_chunk=iteration_tokens, prompt_len=iteration_tokens,

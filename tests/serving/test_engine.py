@@ -312,3 +312,12 @@ def test_progress_counts_rejected_requests_so_it_reaches_the_total(tmp_path):
     simulate(FUSION, overrides=["workload.model=qwen3_1_7b", f"workload.trace.file={trace}"],
              progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (2, 2) and len(seen) == 2
+
+
+def test_chunks_that_recompute_their_prefix_reserve_room_for_its_activations():
+    # A recompute chunk runs its prompt prefix again on top of the budget's new tokens:
+    # the activation buffers grow by a whole request, which leaves less SRAM for KV.
+    def kv(chunk_kv):
+        return serve(FUSION, f"workload.scheduler.chunk_kv={chunk_kv}",
+                     "workload.trace.limit=2").metrics["replicas"][0]["kv_capacity_tokens"]
+    assert kv("recompute") < kv("keep")
