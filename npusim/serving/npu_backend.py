@@ -303,7 +303,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     replicas: list[Replica] = []
     key_ids: dict = {}
     taken: set[int] = set()
-    # Decode replicas take the groups nearest the mesh centre, prefill the sides (Fig. 6).
+    # Decode pools are placed first, so they get the centre of the mesh (Fig. 6).
     for role, cores, tp, dp in sorted(roles, key=lambda r: r[0] != "decode"):
         if cores < tp * dp:
             raise MappingError(f"workload.pd: {role} needs at least tp x dp = {tp * dp} cores, got {cores}")
@@ -332,11 +332,16 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
                 pass  # not even on the free cores: the error below says how many fit
             else:
                 candidates = list(layout)
-        cx, cy = (width - 1) / 2, (height - 1) / 2
-        candidates.sort(key=lambda g: sum(abs(c % width - cx) + abs(c // width - cy)
-                                          for c in g.cores) / len(g.cores))
-        if role != "decode":
-            candidates.reverse()
+        # Decode takes the groups nearest the mesh centre, prefill the sides (Fig. 6).  A
+        # fused pool on part of the chip takes the first groups along the placement's own
+        # path, so pipeline neighbours stay adjacent (the sides would scatter its stages
+        # over the corners, 6-10 hops apart).
+        if role != "fused":
+            cx, cy = (width - 1) / 2, (height - 1) / 2
+            candidates.sort(key=lambda g: sum(abs(c % width - cx) + abs(c // width - cy)
+                                              for c in g.cores) / len(g.cores))
+            if role == "prefill":
+                candidates.reverse()
         chosen = candidates[:stages * dp]
         if len(chosen) < stages * dp:
             raise MappingError(f"workload.pd: cannot place {stages * dp} {role} groups of {tp} "

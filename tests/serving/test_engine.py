@@ -321,3 +321,15 @@ def test_chunks_that_recompute_their_prefix_reserve_room_for_its_activations():
         return serve(FUSION, f"workload.scheduler.chunk_kv={chunk_kv}",
                      "workload.trace.limit=2").metrics["replicas"][0]["kv_capacity_tokens"]
     assert kv("recompute") < kv("keep")
+
+
+def test_a_fused_pool_on_part_of_the_chip_keeps_its_stages_adjacent():
+    # pd.cores=32 took the groups farthest from the centre: stages in the corners.
+    from npusim.api import build_device
+    from npusim.config.loader import load_scenario
+    from npusim.serving.engine import ServingDriver
+
+    scenario = load_scenario(FUSION, [*SMALL, "workload.pd.cores=32"])
+    driver = ServingDriver(build_device(scenario.hw), scenario.workload)
+    hops = [max(h) for _, h in driver.replicas[0].hand_offs[1:]]
+    assert max(hops) <= 2, hops
