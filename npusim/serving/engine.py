@@ -365,6 +365,7 @@ class ServingDriver:
                 state.swapped = True
                 state.swapped_out += 1
             else:                            # its KV is gone: prefill everything again
+                state.preemption_recomputed += state.kv_tokens
                 state.kv_tokens = state.prefilled = 0
                 state.recompute_tokens = state.generated
                 if replica.role == "decode":  # the prefill pool does that

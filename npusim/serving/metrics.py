@@ -11,7 +11,7 @@ from npusim.core.units import PS_PER_S
 from npusim.hw.area import device_area_mm2
 from npusim.serving.state import RequestState
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 95, 99)
 
 
 def _summary(values: list[float], prefix: str) -> dict[str, float]:
@@ -27,13 +27,19 @@ def _summary(values: list[float], prefix: str) -> dict[str, float]:
 MS_PER_PS = 1e-9
 
 
+def _tpot_ms(state: RequestState) -> float:
+    """A finished request's time per output token after the first: its mean gap between
+    tokens (vLLM's TPOT; 0 for a single token)."""
+    times = state.token_times_ps
+    return (times[-1] - times[0]) / (len(times) - 1) * MS_PER_PS if len(times) > 1 else 0.0
+
+
 def _slo_flags(done: list[RequestState], slo) -> tuple[list[bool], list[bool]]:
-    """Per finished request: TTFT within ``slo.ttft_ms``, and mean TBT (0 for a single
-    token) within ``slo.tbt_ms``."""
+    """Per finished request: TTFT within ``slo.ttft_ms``, and its mean TBT (TPOT, 0 for a
+    single token) within ``slo.tbt_ms``."""
     ttft_ok = [(s.first_token_ps - s.request.arrival_ps) * MS_PER_PS <= slo.ttft_ms
                for s in done]
-    tbt_ok = [(float(np.mean(np.diff(s.token_times_ps))) * MS_PER_PS
-               if len(s.token_times_ps) > 1 else 0.0) <= slo.tbt_ms for s in done]
+    tbt_ok = [_tpot_ms(s) <= slo.tbt_ms for s in done]
     return ttft_ok, tbt_ok
 
 
@@ -64,9 +70,11 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
             "ttft_ps": None if s.first_token_ps is None else s.first_token_ps - r.arrival_ps,
             "e2e_ps": None if s.finish_ps is None else s.finish_ps - r.arrival_ps,
             "mean_tbt_ps": float(np.mean(gaps)) if len(gaps) else None,
+            "max_tbt_ps": int(np.max(gaps)) if len(gaps) else None,  # its longest stall
             "queue_ps": (None if s.first_scheduled_ps is None
                          else s.first_scheduled_ps - r.arrival_ps),
             "generated": s.generated, "preempted": s.preempted, "swapped_out": s.swapped_out,
+            "preemption_recomputed_tokens": s.preemption_recomputed,
             "token_times_ps": " ".join(map(str, s.token_times_ps)),
             "priority": r.priority,
         })
@@ -97,8 +105,16 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     good = [s for s, first, between in zip(done, ttft_ok, tbt_ok) if first and between]
     metrics: dict[str, Any] = {}
     metrics.update(_summary(ttft, "ttft_ms"))
+    # tbt_ms_*: every gap between consecutive tokens, pooled over requests (vLLM's ITL);
+    # tpot_ms_*: each request's mean gap (vLLM's TPOT), what the SLO's tbt_ms checks.
     metrics.update(_summary(tbt, "tbt_ms"))
+    metrics.update(_summary([_tpot_ms(s) for s in done if len(s.token_times_ps) > 1],
+                            "tpot_ms"))
     metrics.update(_summary(e2e, "e2e_ms"))
+    # End-to-end per output token (Vidur's normalised latency): long answers do not hide
+    # a slow service, short ones do not flatter it.
+    metrics.update(_summary([(s.finish_ps - s.request.arrival_ps) * ms / s.generated
+                             for s in done], "e2e_ms_per_token"))
     # Queueing: arrival to the first iteration the request is in (its prefill starts).
     metrics.update(_summary([(s.first_scheduled_ps - s.request.arrival_ps) * ms for s in done],
                             "queue_ms"))
@@ -108,7 +124,10 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     span_ps = max(arrivals, default=0) - min(arrivals, default=0)
     metrics["offered_requests_per_s"] = ((len(arrivals) - 1) / (span_ps / PS_PER_S)
                                          if span_ps else 0.0)
-    metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0
+    metrics["throughput_tokens_per_s"] = tokens / seconds if seconds else 0.0  # output tokens
+    # Prompt and output tokens of the finished requests (vLLM's total_token_throughput).
+    metrics["throughput_total_tokens_per_s"] = (
+        (tokens + sum(s.request.prompt_tokens for s in done)) / seconds if seconds else 0.0)
     metrics["throughput_requests_per_s"] = len(done) / seconds if seconds else 0.0
     metrics["goodput_requests_per_s"] = len(good) / seconds if seconds else 0.0
     metrics["slo_attainment"] = len(good) / len(states) if states else 0.0
@@ -123,6 +142,8 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["preemptions"] = sum(s.preempted for s in states)
     metrics["swap_outs"] = sum(s.swapped_out for s in states)
     metrics["prefill_tokens_recomputed"] = sum(s.chunk_recomputed for s in states)
+    # KV a recompute preemption dropped and prefilled again (the cost of preempting).
+    metrics["preemption_recomputed_tokens"] = sum(s.preemption_recomputed for s in states)
     area = device_area_mm2(driver.device)
     metrics["area_mm2"] = area
     metrics["throughput_tokens_per_s_per_mm2"] = (metrics["throughput_tokens_per_s"] / area["total"]

@@ -29,6 +29,7 @@ class RequestState:
     swapped: bool = False              # its KV is in host memory now (swap preemption)
     recompute_tokens: int = 0          # generated tokens whose KV a preemption dropped
     chunk_recomputed: int = 0          # prompt tokens later chunks ran again (chunk_kv: recompute)
+    preemption_recomputed: int = 0     # KV tokens recompute preemptions dropped (prefilled again)
     rejected: str = ""
     index: int = 0                     # position in the trace: breaks ties of equal arrivals
 

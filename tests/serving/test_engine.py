@@ -59,6 +59,10 @@ def test_incremental_kv_preempts_and_recomputes_when_full():
     assert m["requests_finished"] == 16
     assert m["preemptions"] > 0
     assert result.requests["preempted"].sum() == m["preemptions"]
+    # what preempting cost: the KV dropped and prefilled again (chunk recompute is apart)
+    table = result.requests
+    assert m["preemption_recomputed_tokens"] == table["preemption_recomputed_tokens"].sum() > 0
+    assert (table.loc[table["preempted"] == 0, "preemption_recomputed_tokens"] == 0).all()
 
 
 HOST = "hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200, channels: 4}}"
@@ -333,3 +337,25 @@ def test_a_fused_pool_on_part_of_the_chip_keeps_its_stages_adjacent():
     driver = ServingDriver(build_device(scenario.hw), scenario.workload)
     hops = [max(h) for _, h in driver.replicas[0].hand_offs[1:]]
     assert max(hops) <= 2, hops
+
+
+def test_tbt_pools_token_gaps_and_tpot_averages_each_request():
+    # tbt_ms_* (vLLM's ITL) over every gap; tpot_ms_* (vLLM's TPOT) over each request's
+    # mean gap, which the SLO checks; e2e per output token; prompt + output throughput.
+    import numpy as np
+
+    result = serve(FUSION, "workload.trace.limit=12")
+    m, table = result.metrics, result.requests
+    times = [np.array(t.split(), dtype=np.int64) for t in table["token_times_ps"]]
+    gaps = np.concatenate([np.diff(t) for t in times]) * 1e-9
+    tpot = np.array([(t[-1] - t[0]) / (len(t) - 1) for t in times if len(t) > 1]) * 1e-9
+    assert m["tbt_ms_mean"] == pytest.approx(gaps.mean())
+    assert m["tbt_ms_p95"] == pytest.approx(np.percentile(gaps, 95))
+    assert m["tpot_ms_mean"] == pytest.approx(tpot.mean())
+    assert m["tpot_ms_p99"] == pytest.approx(np.percentile(tpot, 99))
+    assert (table["max_tbt_ps"] >= table["mean_tbt_ps"]).all()
+    per_token = table["e2e_ps"] * 1e-9 / table["generated"]
+    assert m["e2e_ms_per_token_mean"] == pytest.approx(per_token.mean())
+    ratio = m["throughput_total_tokens_per_s"] / m["throughput_tokens_per_s"]
+    assert ratio == pytest.approx((table["prompt_tokens"] + table["generated"]).sum()
+                                  / table["generated"].sum())
