@@ -45,7 +45,9 @@ def _summary_table(result) -> None:
         table.add_row("requests finished / rejected / total",
                       f"{metrics['requests_finished']} / {metrics['requests_rejected']} / "
                       f"{metrics['requests_total']}")
-        for name, label in (("ttft", "TTFT"), ("tbt", "TBT"), ("e2e", "E2E"), ("queue", "queueing")):
+        for name, label in (("ttft", "TTFT"), ("tbt", "TBT (every gap)"),
+                            ("tpot", "TPOT (mean gap per request)"), ("e2e", "E2E"),
+                            ("queue", "queueing")):
             table.add_row(f"{label} p50 / p90 / p99",
                           _milliseconds([metrics[f"{name}_ms_p{q}"] for q in (50, 90, 99)]))
         table.add_row("throughput", f"{metrics['throughput_tokens_per_s']:,.1f} tokens/s")
