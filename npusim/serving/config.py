@@ -137,6 +137,15 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                                                           "{kind: ...}: static, continuous, "
                                                           "chunked_prefill.")
     pd: PdConfig = Field(default_factory=PdConfig, description="PD fusion or disaggregation.")
+    router: Literal["shared_queue", "round_robin", "least_outstanding"] = Field(
+        "shared_queue", description="How requests reach the replicas that take new prompts "
+                                    "(fusion dp > 1, prefill_dp > 1). 'shared_queue': one "
+                                    "queue, the first replica free takes the head (late "
+                                    "binding, the most favourable); 'round_robin' / "
+                                    "'least_outstanding': bound to one replica on arrival, "
+                                    "in turn or to the one with the fewest unfinished "
+                                    "requests (as Vidur's global schedulers and vLLM "
+                                    "data-parallel load balancers do).")
     placement: Any = Field("ring", description="Core placement of every TP group by name.")
     partition: Any = Field("k", description="GEMM partition by name (mn, k, mnk).")
     dtype_bytes: int = Field(2, ge=1, le=8, description="Weight/activation bytes per element.")

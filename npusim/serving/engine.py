@@ -108,8 +108,31 @@ class ServingDriver:
                                  reserves_max(replica), in_flight[replica.index], replica.role,
                                  len(replica.groups), flying, self.config.scheduler.fill_pipeline)
 
+        # The router (workload.router): which entry replica an arriving request is bound
+        # to, and how many unfinished requests each one holds.
+        entry_replicas = [r for r in reps if r.role != "decode"]
+        routing = self.config.router != "shared_queue" and len(entry_replicas) > 1
+        outstanding = {r.index: 0 for r in entry_replicas}
+        routed_count = 0
+
+        def route(state: RequestState) -> None:
+            nonlocal routed_count
+            if self.config.router == "round_robin":
+                target = entry_replicas[routed_count % len(entry_replicas)]
+            else:  # least_outstanding, the lowest index on a tie
+                target = min(entry_replicas, key=lambda r: (outstanding[r.index], r.index))
+            routed_count += 1
+            state.replica = state.routed = target.index
+            outstanding[target.index] += 1
+
+        def unroute(state: RequestState) -> None:
+            if state.routed is not None:
+                outstanding[state.routed] -= 1
+                state.routed = None
+
         def finish(state: RequestState, now: int) -> None:
             nonlocal done_count
+            unroute(state)
             state.finish_ps = now
             if state.admitted and state.replica is not None:
                 kv_used[state.replica] -= state.kv_reserved
@@ -120,6 +143,7 @@ class ServingDriver:
 
         def reject(state: RequestState, reason: str) -> None:
             nonlocal done_count
+            unroute(state)
             state.rejected = reason
             done_count += 1
             if progress is not None:  # a rejected request is done too: the bar reaches the end
@@ -231,12 +255,16 @@ class ServingDriver:
                 if reason:
                     reject(state, reason)
                 else:
+                    if routing:
+                        route(state)
                     arrived.append(state)
             elif kind == "done":
                 replica, entries = payload
                 in_flight[replica.index] -= 1
-                for entry in entries:
-                    self._complete(entry, replica, now, kv_used, capacity, handed, finish,
+                for item in entries:
+                    if replica.role == "prefill" and item.samples:  # handed over: it left
+                        unroute(item.state)
+                    self._complete(item, replica, now, kv_used, capacity, handed, finish,
                                    session, events, counter)
             elif kind == "kv_ready":
                 state, target = payload

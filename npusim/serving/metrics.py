@@ -77,6 +77,7 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
             "preemption_recomputed_tokens": s.preemption_recomputed,
             "token_times_ps": " ".join(map(str, s.token_times_ps)),
             "priority": r.priority,
+            "replica": s.replica if s.finished else None,  # where its last token came from
         })
     return rows
 

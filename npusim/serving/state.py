@@ -32,6 +32,7 @@ class RequestState:
     preemption_recomputed: int = 0     # KV tokens recompute preemptions dropped (prefilled again)
     rejected: str = ""
     index: int = 0                     # position in the trace: breaks ties of equal arrivals
+    routed: int | None = None          # replica the router bound it to, until it leaves it
 
     @property
     def id(self) -> str:

@@ -359,3 +359,20 @@ def test_tbt_pools_token_gaps_and_tpot_averages_each_request():
     ratio = m["throughput_total_tokens_per_s"] / m["throughput_tokens_per_s"]
     assert ratio == pytest.approx((table["prompt_tokens"] + table["generated"]).sum()
                                   / table["generated"].sum())
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_a_router_binds_each_request_to_a_replica_on_arrival(router):
+    # Two fused replicas: round robin alternates; least outstanding sends a request to
+    # the replica holding fewer unfinished ones.  The shared queue (default) lets the
+    # first free replica take the head of one queue, the most favourable binding.
+    runs = {name: serve(FUSION, "workload.pd.dp=2", f"workload.router={name}",
+                        "workload.trace.limit=12", "workload.trace.rate_scale=20")
+            for name in ("shared_queue", router)}
+    table = runs[router].requests
+    assert set(table["replica"]) == {0, 1}
+    if router == "round_robin":
+        assert table["replica"].tolist() == [0, 1] * 6
+    else:
+        assert abs((table["replica"] == 0).sum() - 6) <= 2
+    assert runs[router].metrics["ttft_ms_mean"] >= runs["shared_queue"].metrics["ttft_ms_mean"]

@@ -134,6 +134,8 @@ def configs(draw, profiles=tuple(PROFILES), reservations=("max_length", "increme
         "scheduler": draw(schedulers(pressure=pressure)),
         "kv_reservation": draw(st.sampled_from(list(reservations))),
         "preemption": draw(st.sampled_from(["recompute", "swap"])),
+        # (only profiles with more than one entry replica route at all)
+        "router": draw(st.sampled_from(["shared_queue", "round_robin", "least_outstanding"])),
     }
 
 
@@ -169,7 +171,8 @@ def run(config: dict, trace_dir: Path):
                  f"workload.trace={{file: {path}, allow_simultaneous: true}}",
                  f"workload.scheduler={yaml_map(config['scheduler'])}",
                  f"workload.kv_reservation={config['kv_reservation']}",
-                 f"workload.preemption={config['preemption']}"]
+                 f"workload.preemption={config['preemption']}",
+                 f"workload.router={config.get('router', 'shared_queue')}"]
     if config["preemption"] == "swap":
         overrides.append(HOST)
     with time_limit(RUN_TIMEOUT_S):
