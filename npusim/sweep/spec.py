@@ -256,7 +256,7 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     fixed = _parse_set(data.get("set"), bad)
     axes = parse_axes(data.get("axes"), bad)
     derived = _parse_derived(data.get("derived"), bad)
-    _check_each_path_set_once(axes, derived, bad)
+    _check_each_path_set_once(axes, derived, bad, fixed)
     constraints = _parse_constraints(data.get("constraints"), bad)
     on_invalid = data.get("on_invalid", "error")
     if on_invalid not in ("error", "skip"):
@@ -384,22 +384,51 @@ def _shown(text: str, limit: int = 80) -> str:
     return f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
-def _check_each_path_set_once(axes: list[Axis], derived: Mapping[str, Any], bad) -> None:
+def _within(path: str, other: str) -> bool:
+    """Whether ``path`` is ``other`` or a field inside it (``a.b`` and ``a[0]`` are in ``a``)."""
+    return path == other or path.startswith(other + ".") or path.startswith(other + "[")
+
+
+def _check_each_path_set_once(axes: list[Axis], derived: Mapping[str, Any], bad,
+                              fixed: list[str] = ()) -> None:
     """A path swept by two blocks, or swept and derived, would keep only the last value
-    of each point: the other block's points collapse onto the same configs."""
+    of each point: the other block's points collapse onto the same configs.  The same
+    holds for a path inside another (``hw.core.sram.capacity_bytes`` and
+    ``hw.core.sram``: whichever is applied last wins, so the rows would be mislabelled),
+    and for a ``set:`` path that a swept or derived one replaces (points apply ``set:``
+    first)."""
     owner: dict[str, int] = {}
     for index, axis in enumerate(axes):
         for path in (axis.rows[0] if axis.rows else {}):
+            clash = next(((other, block) for other, block in owner.items()
+                          if _within(path, other) or _within(other, path)), None)
             if path in owner:
                 bad(f"axes[{index}].{axis.kind}.{path}",
                     f"already swept by axes[{owner[path]}]; sweep a path in one block "
                     "(all its values in one list)")
+            elif clash is not None:
+                bad(f"axes[{index}].{axis.kind}.{path}",
+                    f"overlaps {clash[0]} swept by axes[{clash[1]}] (one holds the other): "
+                    "the later would override the earlier and mislabel the rows; sweep "
+                    "them in one block or sweep only one")
             else:
                 owner[path] = index
     for path in derived:
-        if path in owner:
-            bad(f"derived.{path}", f"is swept by axes[{owner[path]}]; a path is either "
+        clash = next(((other, block) for other, block in owner.items()
+                      if _within(path, other) or _within(other, path)), None)
+        if clash is not None:
+            relation = "is" if clash[0] == path else f"overlaps {clash[0]},"
+            bad(f"derived.{path}", f"{relation} swept by axes[{clash[1]}]; a path is either "
                                    "swept or derived, not both")
+    for index, text in enumerate(fixed):
+        path = text.split("=", 1)[0].strip()
+        replaced = [f"{other} (axes[{block}])" for other, block in owner.items()
+                    if _within(path, other)]
+        replaced += [f"{other} (derived)" for other in derived if _within(path, other)]
+        if replaced:
+            bad(f"set.{path}", f"the sweep also sets {replaced[0]}, which every point applies "
+                               "after set:, so this value would be silently replaced; "
+                               "remove it from set: (or from --set) or stop sweeping that path")
 
 
 def _parse_derived(value: Any, bad) -> dict[str, str]:

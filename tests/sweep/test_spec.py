@@ -278,6 +278,27 @@ def test_a_path_is_swept_by_one_block_and_never_also_derived():
     assert "is swept by axes[2]" in problems["derived.workload.k"]
 
 
+def test_overlapping_paths_and_set_values_a_sweep_would_replace_are_errors():
+    # hw.core.sram holds hw.core.sram.capacity_bytes: the later block's value replaced
+    # the other's, so rows labelled 8MiB ran with 32 MiB.  A set: value of a swept path
+    # was replaced by every point without a word (also what --set gave).
+    with pytest.raises(ConfigError) as info:
+        spec(axes=[{"grid": {"hw.core.sram.capacity_bytes": ["8MiB", "16MiB"]}},
+                   {"grid": {"hw.core.sram": ["32MiB", "64MiB"]}}],
+             set={"workload.m": 512, "hw.noc.link_latency_cycles": 2},
+             derived={"workload.m": "64"})
+    problems = dict(info.value.problems)
+    assert "overlaps hw.core.sram.capacity_bytes swept by axes[0]" in \
+        problems["axes[1].grid.hw.core.sram"]
+    assert "would be silently replaced" in problems["set.workload.m"]
+    assert "set.hw.noc.link_latency_cycles" not in problems
+    with pytest.raises(ConfigError, match="set.workload.m: the sweep also sets workload.m"):
+        load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", ["workload.m=512"])
+    # a set: parent with a swept field inside it is fine: the field is applied after it
+    assert spec(axes={"hw.core.sram.capacity_bytes": ["8MiB"]},
+                set={"hw.core.sram": "16MiB"}).param_names == ["hw.core.sram.capacity_bytes"]
+
+
 def test_cli_overrides_apply_to_every_point_after_the_specs_own_set():
     # npusim sweep SPEC --set ... --mode ...: appended to set:, so a later one wins.
     spec = load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml",
