@@ -300,11 +300,21 @@ def _sampler(dist: Any, where: str, bad):
             bad(f"{where}.randint", f"expected integer bounds, got {args!r}")
             return None
         return lambda rng: rng.randint(low, high)
-    if kind == "loguniform":
-        if low <= 0:
-            bad(f"{where}.loguniform", f"bounds must be positive, got {args!r}")
+    if kind == "loguniform" and low <= 0:
+        bad(f"{where}.loguniform", f"bounds must be positive, got {args!r}")
+        return None
+    if integer:
+        first, last = math.ceil(low), math.floor(high)
+        if first > last:
+            bad(f"{where}.{kind}", f"no integer lies in [{low}, {high}]; widen the bounds "
+                                   "or drop integer: true")
             return None
-        draw = lambda rng: math.exp(rng.uniform(math.log(low), math.log(high)))  # noqa: E731
-    else:
-        draw = lambda rng: rng.uniform(low, high)  # noqa: E731
-    return (lambda rng: int(round(draw(rng)))) if integer else draw
+        if kind == "uniform":  # every integer equally often (rounding halved the ends)
+            return lambda rng: rng.randint(first, last)
+        # Log-uniform over [first - 0.5, last + 0.5), rounded: each integer gets the
+        # share of log-space around it, the ends included.
+        lo, hi = math.log(first - 0.5), math.log(last + 0.5)  # first >= 1: low > 0
+        return lambda rng: min(last, max(first, int(round(math.exp(rng.uniform(lo, hi))))))
+    if kind == "loguniform":
+        return lambda rng: math.exp(rng.uniform(math.log(low), math.log(high)))
+    return lambda rng: rng.uniform(low, high)

@@ -131,16 +131,19 @@ def _normalise(frame: "pd.DataFrame") -> "pd.DataFrame":
 
 #: A parameter's unit from its config field name (units live in field names).
 _UNIT_SUFFIXES = ("_bytes", "_ps", "_hz", "_bps", "_ms")
-#: A size with a byte unit (``128MiB``), as the memory shorthand ``hw.core.sram: 128MiB`` takes.
+#: A size with a byte unit (``128MiB``), as the memory shorthand ``hw.core.sram: 128MiB``
+#: takes, and a plain number (bytes; compaction stores a column that mixes the two as text).
 _SIZE_TEXT = re.compile(r"\s*\d+(?:\.\d+)?\s*(?:[kKMGTP]i?)?B\s*")
+_NUMBER_TEXT = re.compile(r"\s*[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?\s*")
 
 
 def _unit_parser(suffix: str):
     """The parser of a field whose name ends in ``suffix`` (numbers pass through)."""
     from npusim.core import units
 
-    if suffix == "_ms":  # serving SLOs: float milliseconds
-        return lambda v: units.parse_time_ps(v) / 1e9 if isinstance(v, str) else v
+    if suffix == "_ms":  # serving SLOs: float milliseconds; plain text numbers are ms too
+        return lambda v: (float(v) if _NUMBER_TEXT.fullmatch(v) else
+                          units.parse_time_ps(v) / 1e9) if isinstance(v, str) else v
     return {"_bytes": units.parse_bytes, "_ps": units.parse_time_ps,
             "_hz": units.parse_freq_hz, "_bps": units.parse_bandwidth_bps}[suffix]
 
@@ -158,8 +161,10 @@ def _in_base_units(frame: "pd.DataFrame", params: Iterable[str]) -> "pd.DataFram
         texts = [v for v in values if isinstance(v, str)]
         if not texts:
             continue
+        sizes = [t for t in texts if not _NUMBER_TEXT.fullmatch(t)]
         suffix = next((end for end in _UNIT_SUFFIXES if column.endswith(end)),
-                      "_bytes" if all(_SIZE_TEXT.fullmatch(t) for t in texts) else None)
+                      "_bytes" if sizes and all(_SIZE_TEXT.fullmatch(t) for t in sizes)
+                      else None)
         if suffix is None:
             continue
         parse = _unit_parser(suffix)

@@ -66,6 +66,26 @@ def test_random_axis_is_seeded():
     assert all(isinstance(p["workload.k"], int) for p in first)
 
 
+def test_integer_uniform_draws_every_integer_equally_often():
+    # Rounding a continuous draw gave the two ends half the share of the inner values.
+    import collections
+
+    from npusim.sweep.axes import parse_axes
+
+    problems = []
+    axis = parse_axes([{"random": {"seed": 1, "samples": 8000, "params": {
+        "workload.m": {"uniform": [0, 3], "integer": True},
+        "workload.k": {"loguniform": [1, 8], "integer": True}}}}],
+        lambda where, message: problems.append(message))[0]
+    counts = collections.Counter(row["workload.m"] for row in axis.rows)
+    assert not problems and sorted(counts) == [0, 1, 2, 3]
+    assert min(counts.values()) > 0.9 * 2000 and max(counts.values()) < 1.1 * 2000
+    assert {row["workload.k"] for row in axis.rows} == set(range(1, 9))
+    with pytest.raises(ConfigError, match=r"no integer lies in \[0.2, 0.8\]"):
+        spec(axes=[{"random": {"samples": 2, "params": {
+            "workload.m": {"uniform": [0.2, 0.8], "integer": True}}}}])
+
+
 def test_constraints_skip_points_with_their_reason():
     points = spec(axes={"workload.m": [64, 96, 128]},
                   constraints=[{"require": "${workload.m} % 64 == 0", "reason": "m not a multiple of 64"},
