@@ -54,6 +54,44 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+#: Content digests of input files by (path, size, mtime): a sweep of thousands of points
+#: over one trace file reads it once.
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def input_file_digests(config: Any) -> dict[str, str]:
+    """SHA-256 of every file a config names (a trace, a routing trace, a model given by
+    path): part of a point's key, so a file edited between two runs of a sweep is run
+    again instead of its stale results being reused.  Keyed by the path as written."""
+    from npusim.config.presets import REPO_ROOT
+
+    found: dict[str, str] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and node and len(node) < 4096 and ("/" in node or "." in node):
+            for candidate in (Path(node), REPO_ROOT / node):
+                try:
+                    if not candidate.is_file():
+                        continue
+                    stat = candidate.stat()
+                except (OSError, ValueError):
+                    continue
+                marker = (str(candidate.resolve()), stat.st_size, stat.st_mtime_ns)
+                if marker not in _FILE_DIGESTS:
+                    _FILE_DIGESTS[marker] = hashlib.sha256(candidate.read_bytes()).hexdigest()
+                found[node] = _FILE_DIGESTS[marker]
+                break
+
+    walk(config)
+    return found
+
+
 def format_override(path: str, value: Any) -> str:
     """``path=value`` that the loader parses back to exactly ``value``."""
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
@@ -189,6 +227,9 @@ class SweepSpec:
             identity = {"config": digest, "params": params}
             if self.capacity is not None:
                 identity["capacity"] = self.capacity
+            files = input_file_digests(config) if config is not None else {}
+            if files:  # configs naming no file keep the keys they always had
+                identity["files"] = files
             key = config_hash(identity)[:32]
             points.append(Point(index, params, overrides, config, digest, key, skip))
         if problems:

@@ -330,3 +330,21 @@ def test_cli_overrides_apply_to_every_point_after_the_specs_own_set():
     assert spec.points()[0].key != plain.points()[0].key  # not mistaken for stored results
     with pytest.raises(ConfigError, match="set.run.mode: Input should be 'tlm' or 'analytic'"):
         load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", ["run.mode=fast"])
+
+
+def test_a_point_key_follows_the_contents_of_the_files_it_names(tmp_path):
+    # Resuming after editing the trace reused the old results (only the path was hashed).
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\nr0,0,10,2\nr1,5,10,2\n")
+    body = {"base": str(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"),
+            "set": {"workload.trace.file": str(trace)},
+            "axes": {"workload.slo.ttft_ms": [45, 50]}}
+    before = [p.key for p in spec_from_dict(body, "s.yaml").points()]
+    assert before == [p.key for p in spec_from_dict(body, "s.yaml").points()]  # stable
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\nr0,0,10,2\n")
+    after = [p.key for p in spec_from_dict(body, "s.yaml").points()]
+    assert set(before).isdisjoint(after)
+    # a spec naming no file keeps the key it always had: config and params only
+    plain = spec(axes={"workload.m": [64]}).points()[0]
+    assert plain.key == config_hash({"config": plain.config_hash,
+                                     "params": {"workload.m": 64}})[:32]
