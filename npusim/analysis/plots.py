@@ -67,7 +67,9 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
     ax = _axes(ax)
     factor, ylabel = _scale(y, data[y])
     groups = data.groupby(hue, sort=True) if hue else [(None, data)]
+    averaged = False
     for value, group in groups:
+        averaged = averaged or bool(group.duplicated(subset=[x]).any())
         line = group.groupby(x, sort=True)[y].mean()
         ax.plot(list(line.index), line.to_numpy(dtype=float) / factor, marker="o",
                 label=None if hue is None else f"{hue}={value}")
@@ -84,7 +86,9 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
     if hue:
         ax.legend(fontsize="small")
     ax.grid(True, alpha=0.3)
-    ax.set_title(title or f"{y} vs {x}", fontsize="medium")
+    # Several points per x (other parameters varied): each marker is their mean.
+    ax.set_title(title or f"{y} vs {x}" + (" (mean over the other parameters)"
+                                            if averaged else ""), fontsize="medium")
     return ax.figure
 
 

@@ -284,3 +284,16 @@ def test_a_sweep_with_failed_points_writes_every_row_and_exits_1(tmp_path, capsy
     # A rerun skips the stored failures but still says the table is incomplete.
     code, _, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
     assert code == 1 and "stored as failed by an earlier run" in err
+
+
+def test_a_line_plot_says_when_each_marker_averages_other_parameters():
+    import pandas as pd
+
+    from npusim import analysis
+
+    frame = pd.DataFrame({"status": ["ok"] * 4, "x": [1, 1, 2, 2], "z": [3, 4, 3, 4],
+                          "y": [1.0, 3.0, 2.0, 4.0]})
+    averaged = analysis.plot_metric(frame, "x", "y").axes[0]
+    assert averaged.get_title() == "y vs x (mean over the other parameters)"
+    assert list(averaged.lines[0].get_ydata()) == [2.0, 3.0]
+    assert analysis.plot_metric(frame, "x", "y", hue="z").axes[0].get_title() == "y vs x"
