@@ -258,8 +258,9 @@ def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> 
 
     path = Path(path)
     data = read_yaml(path)
-    if extra_set and isinstance(data, Mapping):
-        given = data.get("set")
+    given = data.get("set") if isinstance(data, Mapping) else None
+    if extra_set and (given is None or isinstance(given, (list, Mapping))):
+        # (a set: of another type stays as written: its own error names it)
         if isinstance(given, Mapping):
             given = [format_override(str(p), v) for p, v in given.items()]
         data = {**data, "set": [*(given or []), *extra_set]}
