@@ -107,6 +107,18 @@ def parse_time_ps(value: object) -> int:
     return _as_nonneg_int(num * _TIME[unit], value, "duration", "1 ps")
 
 
+def parse_time_ms(value: object) -> object:
+    """A duration with a unit (``"200ms"``, ``"1.5s"``) as float milliseconds, for the
+    few fields kept in ms (serving SLOs); anything else (a number, numeric text) is
+    returned as given, already in ms."""
+    if isinstance(value, str):
+        try:
+            float(value)  # numeric text ("45", "1e3"): already ms
+        except ValueError:
+            return parse_time_ps(value) / 1e9
+    return value
+
+
 def parse_freq_hz(value: object) -> int:
     """Parse a frequency (``"500MHz"``, ``"2.3GHz"``) into integer hertz."""
     number = _plain_number(value, "a frequency")

@@ -120,11 +120,9 @@ class SloConfig(NumbersNotBooleans):
     @classmethod
     def _time_text(cls, value: Any) -> Any:
         """A time with a unit (``200ms``, ``1.5s``), as other time fields take, in ms."""
-        if isinstance(value, str) and any(ch.isalpha() for ch in value):
-            from npusim.core.units import parse_time_ps
+        from npusim.core.units import parse_time_ms
 
-            return parse_time_ps(value) / 1e9
-        return value
+        return parse_time_ms(value)
 
 
 class ServingWorkloadConfig(ModelMappingChecks, PartConfig):

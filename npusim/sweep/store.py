@@ -142,8 +142,7 @@ def _unit_parser(suffix: str):
     from npusim.core import units
 
     if suffix == "_ms":  # serving SLOs: float milliseconds; plain text numbers are ms too
-        return lambda v: (float(v) if _NUMBER_TEXT.fullmatch(v) else
-                          units.parse_time_ps(v) / 1e9) if isinstance(v, str) else v
+        return lambda v: float(units.parse_time_ms(v))
     return {"_bytes": units.parse_bytes, "_ps": units.parse_time_ps,
             "_hz": units.parse_freq_hz, "_bps": units.parse_bandwidth_bps}[suffix]
 

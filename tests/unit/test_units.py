@@ -72,3 +72,11 @@ def test_a_positive_quantity_never_rounds_to_zero(parse, text, message):
     with pytest.raises(UnitError, match=message):
         parse(text)
     assert parse_time_ps(0) == 0 and parse_time_ps("1.4ps") == 1  # rounding stays otherwise
+
+
+@pytest.mark.parametrize("value, ms", [("200ms", 200.0), ("1.5s", 1500.0), ("250us", 0.25),
+                                       (45, 45), ("45", "45"), ("1e3", "1e3")])
+def test_parse_time_ms_converts_times_with_units_and_leaves_numbers_in_ms(value, ms):
+    from npusim.core.units import parse_time_ms
+
+    assert parse_time_ms(value) == ms
