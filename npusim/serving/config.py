@@ -158,6 +158,11 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                                  "+ generated tokens again; 'swap' moves its KV to host "
                                  "memory over the host link (needs hw.host) and back before "
                                  "it decodes again.")
+    kv_block_tokens: int = Field(
+        1, ge=1, le=1 << 20,
+        description="KV is allocated in blocks of this many tokens (vLLM's PagedAttention "
+                    "block_size, 16 by default there): a request's last block is partly "
+                    "empty. 1: exact per-request buffers, as NpuSim reserves them.")
     kv_sram_fraction: float = Field(
         0.25, ge=0, le=1, description="Share of each core's SRAM (after buffers) offered to "
                                       "KV blocks before weights (assumption; NpuSim tunes "

@@ -22,6 +22,7 @@ from npusim.config.presets import REPO_ROOT
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.serving.iterations import IterationLog
+from npusim.serving.kv_cache import KvPool
 from npusim.serving.metrics import summarise
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
 from npusim.serving.state import Entry, RequestState, SchedulerView
@@ -60,7 +61,7 @@ class ServingDriver:
         states = [RequestState(r, ready_ps=r.arrival_ps, index=i) for i, r in enumerate(self.trace)]
         reps = self.replicas
         stage_free = {r.index: [0] * (len(r.groups) + 1) for r in reps}
-        kv_used = {r.index: 0 for r in reps}
+        pools = self._pools()
         in_flight = {r.index: 0 for r in reps}
         pending_decode: dict[int, list[RequestState]] = {r.index: [] for r in reps}
         handed = {r.index: 0 for r in reps}  # KV tokens sent to a decode replica, not yet admitted
@@ -75,7 +76,6 @@ class ServingDriver:
         done_count = 0
         last_ps = 0
         scheduled_wake: dict[int, int] = {}
-        capacity = {r.index: r.kv_capacity_tokens for r in reps}
         reserve_max = self.config.kv_reservation == "max_length"
 
         def reserves_max(replica: Replica) -> bool:
@@ -104,9 +104,12 @@ class ServingDriver:
                        and s.prefill_done and s.replica == replica.index
                        and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
             flying = sum(1 for s in arrived if s.in_flight and s.replica == replica.index)
-            return SchedulerView(now, waiting, running, capacity[replica.index] - kv_used[replica.index],
+            pool = pools[replica.index]
+            return SchedulerView(now, waiting, running, pool.free_tokens,
                                  reserves_max(replica), in_flight[replica.index], replica.role,
-                                 len(replica.groups), flying, self.config.scheduler.fill_pipeline)
+                                 len(replica.groups), flying, self.config.scheduler.fill_pipeline,
+                                 kv_cost=lambda state, tokens: pool.charge(tokens),
+                                 kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown))
 
         # The router (workload.router): which entry replica an arriving request is bound
         # to, and how many unfinished requests each one holds.
@@ -135,7 +138,7 @@ class ServingDriver:
             unroute(state)
             state.finish_ps = now
             if state.admitted and state.replica is not None:
-                kv_used[state.replica] -= state.kv_reserved
+                pools[state.replica].release(state)
             state.admitted = False
             done_count += 1
             if progress is not None:
@@ -154,7 +157,7 @@ class ServingDriver:
             entries = self.schedulers[replica.index].schedule(view)
             if not entries:
                 return False
-            entries, victims = self._grow_or_preempt(replica, entries, kv_used, capacity,
+            entries, victims = self._grow_or_preempt(replica, entries, pools[replica.index],
                                                      reserves_max(replica))
             for state in victims:
                 if not state.swapped:  # recompute: it prefills again, if it can
@@ -180,7 +183,7 @@ class ServingDriver:
                     heapq.heappush(events, (now, next(counter), "wake", replica))
                     # logged as a batch of none, so the table counts every preemption
                     log.record(replica=replica, entries=[], start_ps=now, end_ps=now,
-                               kv_used_tokens=kv_used[replica.index],
+                               kv=pools[replica.index],
                                waiting=queued[replica.index], running=len(view.running),
                                preempted=len(victims))
                 return False
@@ -189,14 +192,10 @@ class ServingDriver:
                 if state.first_scheduled_ps is None:
                     state.first_scheduled_ps = now
                 if not state.admitted:
-                    need = kv_need(state, replica)
-                    kv_used[replica.index] += need
-                    state.kv_reserved = need
+                    pools[replica.index].reserve(state, kv_need(state, replica))
                     state.admitted = True
                     state.replica = replica.index
                 state.in_flight = True
-            assert kv_used[replica.index] <= capacity[replica.index], \
-                f"replica {replica.index}: KV reserved beyond its capacity"
             segments = replica.segments(entries, self.config.kv_bucket_tokens,
                                         self.config.segment_granularity,
                                         self.config.decode_grid_points_per_octave
@@ -225,7 +224,7 @@ class ServingDriver:
             iterations[replica.index] += 1
             picked = {id(e.state) for e in entries}
             log.record(replica=replica, entries=entries, start_ps=now, end_ps=start,
-                       kv_used_tokens=kv_used[replica.index],
+                       kv=pools[replica.index],
                        waiting=queued[replica.index]
                        - sum(1 for s in view.waiting if id(s) in picked),
                        running=sum(1 for s in view.running if id(s) not in picked),
@@ -251,7 +250,7 @@ class ServingDriver:
             last_ps = max(last_ps, now)
             if kind == "arrive":
                 state = payload
-                reason = self._admissible(state, capacity)
+                reason = self._admissible(state, pools)
                 if reason:
                     reject(state, reason)
                 else:
@@ -264,7 +263,7 @@ class ServingDriver:
                 for item in entries:
                     if replica.role == "prefill" and item.samples:  # handed over: it left
                         unroute(item.state)
-                    self._complete(item, replica, now, kv_used, capacity, handed, finish,
+                    self._complete(item, replica, now, pools, handed, finish,
                                    session, events, counter)
             elif kind == "kv_ready":
                 state, target = payload
@@ -276,11 +275,11 @@ class ServingDriver:
             # room for the token they decode next); the swap-in is a timed transfer.
             for replica in reps:
                 queue = swapped[replica.index]
-                while (queue and queue[0].ready_ps <= now and capacity[replica.index]
-                       - kv_used[replica.index] > queue[0].kv_tokens):
+                pool = pools[replica.index]
+                while (queue and queue[0].ready_ps <= now
+                       and pool.charge(queue[0].kv_tokens + 1) <= pool.free_tokens):
                     state = queue.pop(0)
-                    kv_used[replica.index] += state.kv_tokens
-                    state.kv_reserved = state.kv_tokens
+                    pool.reserve(state, state.kv_tokens)
                     state.admitted, state.swapped = True, False
                     graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
                                           self.swap_host, out=False)
@@ -295,20 +294,20 @@ class ServingDriver:
                     continue
                 # The scheduler's policy: static batching takes a batch only when idle.
                 limit = self.schedulers[replica.index].handover_limit(
-                    kv_used[replica.index] > 0 or in_flight[replica.index] > 0)
+                    pools[replica.index].used_tokens > 0 or in_flight[replica.index] > 0)
                 taken = 0
                 # Incremental KV: room for the token it decodes next too (as a swap-in
                 # needs), else its first step would preempt it or a neighbour at once.
                 headroom = int(self.config.kv_reservation == "incremental")
-                while (queue and not swapped[replica.index] and capacity[replica.index]
-                       - kv_used[replica.index] >= self._handover_need(queue[0]) + headroom
+                pool = pools[replica.index]
+                while (queue and not swapped[replica.index] and pool.free_tokens
+                       >= pool.charge(self._handover_need(queue[0]) + headroom)
                        and (limit is None or taken < limit)):
                     taken += 1
                     state = queue.pop(0)
                     need = self._handover_need(state)
                     handed[replica.index] -= need
-                    kv_used[replica.index] += need
-                    state.kv_reserved = need
+                    pool.reserve(state, need)
                     state.admitted, state.replica, state.ready_ps = True, replica.index, now
             # Several events may share a timestamp: launch once they are all applied.
             if not events or events[0][0] > now:
@@ -329,16 +328,22 @@ class ServingDriver:
         info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
                 "scheduler": self.config.scheduler.kind,
                 "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
-                              "kv_capacity_tokens": r.kv_capacity_tokens} for r in reps]}
+                              "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
         return DriveOutcome(last_ps, len(session.segment_rows), info, metrics,
                             {"requests": rows, "iterations": log.columns()})
 
     # -- helpers -------------------------------------------------------------------------
-    def _admissible(self, state: RequestState, capacity: dict[int, int]) -> str:
+    def _pools(self) -> dict[int, KvPool]:
+        """A fresh KV pool per replica."""
+        return {r.index: KvPool(r.kv_capacity_tokens, self.config.kv_block_tokens)
+                for r in self.replicas}
+
+    def _admissible(self, state: RequestState, pools: dict[int, KvPool]) -> str:
         window = getattr(self.model, "max_position_embeddings", None)
         if window and state.max_tokens > window:  # as vLLM refuses a prompt past max_model_len
             return (f"prompt + output = {state.max_tokens} tokens exceed {self.model.name}'s "
                     f"context window of {window} tokens (max_position_embeddings)")
+        capacity = {index: pool.capacity_tokens for index, pool in pools.items()}
         decode = [capacity[r.index] for r in self.replicas if r.role == "decode"]
         if decode:  # disaggregation: the prompt must fit a prefill replica, the whole
             # request a decode replica (else it would wait for one forever)
@@ -359,7 +364,7 @@ class ServingDriver:
                     "and this scheduler does not chunk prompts")
         return ""
 
-    def _grow_or_preempt(self, replica: Replica, entries: list[Entry], kv_used, capacity,
+    def _grow_or_preempt(self, replica: Replica, entries: list[Entry], pool: KvPool,
                          reserve_max: bool) -> tuple[list[Entry], list[RequestState]]:
         """Incremental KV: each decode needs one more token; preempt the newest decodes
         of the micro-batch until the rest fit.  Returns the entries kept and the
@@ -368,13 +373,12 @@ class ServingDriver:
         only decodes)."""
         if reserve_max:
             return entries, []
-        growth = sum(1 for e in entries if e.state.prefill_done)
-        free = capacity[replica.index] - kv_used[replica.index]
+        growth = sum(pool.growth_cost(e.state) for e in entries if e.state.prefill_done)
+        free = pool.free_tokens
         if growth <= free:
             for entry in entries:
                 if entry.state.prefill_done:
-                    entry.state.kv_reserved += 1
-                    kv_used[replica.index] += 1
+                    pool.grow(entry.state)
             return entries, []
         decoding = [e for e in entries if e.state.prefill_done]
         victims = self.schedulers[replica.index].preemption_order(decoding)
@@ -385,10 +389,8 @@ class ServingDriver:
                 break
             state = victim.state
             kept.remove(victim)
-            growth -= 1
-            kv_used[replica.index] -= state.kv_reserved
-            free += state.kv_reserved
-            state.kv_reserved = 0
+            growth -= pool.growth_cost(state)
+            free += pool.release(state)
             if self.swap_host is not None:  # its KV survives on the host
                 state.swapped = True
                 state.swapped_out += 1
@@ -403,8 +405,7 @@ class ServingDriver:
             state.admitted = False
         for entry in kept:
             if entry.state.prefill_done:
-                entry.state.kv_reserved += 1
-                kv_used[replica.index] += 1
+                pool.grow(entry.state)
         return kept, preempted
 
     def _recompute_blocked(self, state: RequestState) -> str:
@@ -413,7 +414,9 @@ class ServingDriver:
         under disaggregation the prefill pool must hold prompt + generated tokens of KV
         (else the victim would wait at the head of its queue forever, and every later
         request behind it)."""
-        prefill = [r.kv_capacity_tokens for r in self.replicas if r.role == "prefill"]
+        block = self.config.kv_block_tokens  # a pool holds whole blocks
+        prefill = [r.kv_capacity_tokens // block * block for r in self.replicas
+                   if r.role == "prefill"]
         if prefill and state.prompt_target > max(prefill):
             return (f"preempted after {state.generated} tokens (preemption: recompute); "
                     f"prompt + generated = {state.prompt_target} tokens of KV to prefill "
@@ -432,8 +435,8 @@ class ServingDriver:
         max_length, else what arrived (each decode step then reserves one more)."""
         return state.max_tokens if self.config.kv_reservation == "max_length" else state.kv_tokens
 
-    def _complete(self, entry: Entry, replica: Replica, now: int, kv_used, capacity, handed,
-                  finish, session, events, counter) -> None:
+    def _complete(self, entry: Entry, replica: Replica, now: int, pools: dict[int, KvPool],
+                  handed, finish, session, events, counter) -> None:
         state = entry.state
         state.in_flight = False
         state.chunk_recomputed += entry.recomputed_tokens
@@ -453,13 +456,12 @@ class ServingDriver:
             # Hand over to the decode replica with the most KV left once the requests
             # already sent to it are admitted (lowest index on a tie); KV moves over the NoC.
             targets = [r for r in self.replicas if r.role == "decode"]
-            target = max(targets, key=lambda r: (capacity[r.index] - kv_used[r.index]
-                                                 - handed[r.index], -r.index))
+            target = max(targets, key=lambda r: (pools[r.index].free_tokens - handed[r.index],
+                                                 -r.index))
             handed[target.index] += self._handover_need(state)
             graph = kv_transfer_graph(replica, target, state.kv_tokens, self.kv_bytes_per_token_layer)
             run = session.run(graph, f"kv {state.id} r{replica.index}->r{target.index}", now)
-            kv_used[replica.index] -= state.kv_reserved
-            state.kv_reserved = 0
+            pools[replica.index].release(state)
             state.admitted = False
             state.replica = None
             heapq.heappush(events, (now + run.makespan_ps, next(counter), "kv_ready", (state, target)))

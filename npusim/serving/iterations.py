@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.serving.kv_cache import KvPool
 from npusim.serving.state import Entry
 
 #: Columns of ``iterations.csv``, in order (times in ps, KV in tokens).
@@ -32,8 +33,9 @@ class IterationLog:
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, *, replica, entries: list[Entry], start_ps: int, end_ps: int,
-               kv_used_tokens: int, waiting: int, running: int, preempted: int) -> None:
-        """Log one launched micro-batch of ``replica`` (``end_ps``: its last token out).
+               kv: KvPool, waiting: int, running: int, preempted: int) -> None:
+        """Log one launched micro-batch of ``replica`` (``end_ps``: its last token out;
+        ``kv``: the replica's KV pool once the batch has taken its KV).
 
         ``waiting`` counts the requests queued for this replica that it left out
         (prompts not yet prefilled; on a decode replica, handed-over requests waiting
@@ -46,7 +48,7 @@ class IterationLog:
             "prefill_tokens": sum(e.new_tokens for e in prefill),
             "recomputed_tokens": sum(e.recomputed_tokens for e in entries),
             "context_tokens": sum(e.context_len for e in entries),
-            "kv_used_tokens": kv_used_tokens, "kv_capacity_tokens": replica.kv_capacity_tokens,
+            "kv_used_tokens": kv.used_tokens, "kv_capacity_tokens": kv.capacity_tokens,
             "waiting": waiting, "running": running, "preempted": preempted,
         })
 

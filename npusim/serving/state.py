@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from npusim.workload.traces import Request
 
@@ -15,7 +16,6 @@ class RequestState:
     prefilled: int = 0                 # prompt (+ recomputed) tokens whose KV exists
     generated: int = 0                 # output tokens produced
     kv_tokens: int = 0                 # tokens whose KV exists
-    kv_reserved: int = 0               # KV tokens reserved on its replica
     admitted: bool = False             # KV reserved on its current replica
     replica: int | None = None
     in_flight: bool = False
@@ -92,6 +92,11 @@ class SchedulerView:
     pipeline_stages: int = 1           # micro-batches the replica's pipeline can hold
     in_flight_requests: int = 0        # requests of this replica already in the pipeline
     fill_pipeline: bool = False        # scheduler option: one micro-batch per stage
+    # Free KV tokens admitting a request for so many tokens takes (whole blocks, less its
+    # cached prefix); None: the tokens themselves.
+    kv_cost: Callable[[RequestState, int], int] | None = None
+    # Free KV tokens one more token for each of these requests takes; None: one each.
+    kv_growth: Callable[[list[RequestState]], int] | None = None
 
     @property
     def decode_share(self) -> int:
@@ -102,7 +107,13 @@ class SchedulerView:
         return max(1, -(-active // self.pipeline_stages))
 
     def kv_need(self, state: RequestState) -> int:
-        """KV tokens admitting ``state`` would reserve."""
+        """Free KV tokens admitting ``state`` would take."""
+        tokens = state.max_tokens if self.reserve_max_length else state.prompt_target
+        return tokens if self.kv_cost is None else self.kv_cost(state, tokens)
+
+    def decode_kv_tokens(self, states: list[RequestState]) -> int:
+        """Free KV tokens decoding one more token of each of ``states`` takes
+        (none with max-length reservation: it reserved them at admission)."""
         if self.reserve_max_length:
-            return state.max_tokens
-        return state.prompt_target
+            return 0
+        return len(states) if self.kv_growth is None else self.kv_growth(states)

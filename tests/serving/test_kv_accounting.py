@@ -135,3 +135,16 @@ def test_rates_count_from_the_first_arrival_and_rejections_miss_the_slo(tmp_path
                                         "workload.slo.ttft_ms=1"]).metrics
     assert tight["slo_attainment_ttft"] == tight["slo_attainment"] == 0.0
     assert tight["slo_attainment_tbt"] == 1.0
+
+
+def test_kv_blocks_round_each_reservation_up_and_leave_less_room():
+    exact = simulate(FUSION, overrides=[*TIGHT, *LONG, "workload.kv_reservation=incremental"])
+    blocks = simulate(FUSION, overrides=[*TIGHT, *LONG, "workload.kv_reservation=incremental",
+                                         "workload.kv_block_tokens=256"])
+    used = blocks.table("iterations")["kv_used_tokens"]
+    assert (used % 256 == 0).all()
+    capacity = blocks.table("iterations")["kv_capacity_tokens"]
+    assert (capacity % 256 == 0).all() and (used <= capacity).all()
+    # partly empty last blocks: the same trace preempts more often
+    assert blocks.metrics["preemptions"] > exact.metrics["preemptions"]
+    assert set(blocks.requests["status"]) == {"finished"}

@@ -93,15 +93,15 @@ class OrderedScheduler:
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
           tokens_left: int, chunk: int | None = None, recompute_prefix: bool = False,
-          decodes_in_batch: int = 0) -> list[Entry]:
+          decode_kv_tokens: int = 0) -> list[Entry]:
     """Prefill entries for ``candidates`` in arrival order while KV, batch slots and the
     token budget allow; ``chunk`` caps each request's tokens this iteration.  With
     ``recompute_prefix`` a later chunk runs the prompt tokens before it again (their KV
     was not kept); the budget still counts only the chunk's new tokens.
-    ``decodes_in_batch`` decodes share the iteration: without max-length reservation
-    each takes one more KV token, so that much less is left for new prompts."""
+    The iteration's decodes take ``decode_kv_tokens`` more KV (see
+    :meth:`SchedulerView.decode_kv_tokens`), so that much less is left for new prompts."""
     entries: list[Entry] = []
-    kv_free = view.kv_free_tokens - (0 if view.reserve_max_length else decodes_in_batch)
+    kv_free = view.kv_free_tokens - decode_kv_tokens
     blocked = False
     for state in candidates:
         if slots <= 0 or tokens_left <= 0:

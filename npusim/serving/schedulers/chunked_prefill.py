@@ -50,5 +50,6 @@ class ChunkedPrefillScheduler(OrderedScheduler):
             entries += admit(view, self.service_order(view.waiting), slots, budget,
                              chunk=cfg.prefill_chunk,
                              recompute_prefix=cfg.chunk_kv == "recompute",
-                             decodes_in_batch=len(entries))
+                             decode_kv_tokens=view.decode_kv_tokens(
+                                 [entry.state for entry in entries]))
         return entries
