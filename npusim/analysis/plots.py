@@ -16,6 +16,7 @@ from npusim.analysis.frames import (AnalysisError, latency_samples, pareto_front
 from npusim.core.errors import OutputError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure

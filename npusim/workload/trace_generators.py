@@ -38,7 +38,8 @@ from npusim.workload.traces import (MAX_ARRIVAL_PS, MAX_REQUEST_TOKENS, Request,
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
     "FixedLength", "UniformLength", "ZipfLength", "EmpiricalLength", "NormalLength", "LengthSpec",
-    "generate_trace", "priority_problem", "sample_arrivals_ps", "sample_lengths",
+    "SharedPrefixSpec", "generate_trace", "priority_problem", "sample_arrivals_ps",
+    "sample_lengths",
     "GeneratorSpec", "MAX_REQUESTS", "SPAN_LIMIT_TEXT", "fixed_span_problem", "round_up_text",
 ]
 
@@ -237,6 +238,35 @@ _ARRIVAL = TypeAdapter(ArrivalSpec)
 _LENGTH = TypeAdapter(LengthSpec)
 
 
+class SharedPrefixSpec(GeneratorSpec):
+    """Prompts that start alike (a system prompt, a few-shot template): each request
+    joins one of ``groups`` prefixes with probability ``share``, and its first
+    ``tokens`` prompt tokens (or all of them, if fewer) are that group's.  The
+    requests' block hashes say so, for a prefix cache to reuse."""
+
+    groups: int = Field(ge=1, le=1 << 30, description="Distinct shared prefixes; each "
+                                                      "sharing request draws one uniformly.")
+    tokens: int = Field(ge=1, le=MAX_REQUEST_TOKENS, description="Tokens of each shared "
+                                                                "prefix.")
+    share: float = Field(1.0, gt=0, le=1, description="Fraction of requests that start "
+                                                      "with a shared prefix.")
+    block_tokens: int = Field(16, ge=1, le=1 << 20, description="Tokens per hashed block "
+                                                                "(only whole blocks are "
+                                                                "shared; vLLM's block_size).")
+
+    def block_hashes(self, n: int, prompts: np.ndarray, rng: np.random.Generator
+                     ) -> list[tuple[int, ...]]:
+        """Per request, the hashes of its shared whole blocks (none if it shares none):
+        group ``g``'s block ``j`` is ``g * 2**32 + j``."""
+        joins = rng.random(n) < self.share
+        groups = rng.integers(0, self.groups, n)
+        out = []
+        for prompt, joined, group in zip(prompts, joins, groups):
+            blocks = min(int(prompt), self.tokens) // self.block_tokens if joined else 0
+            out.append(tuple(int(group) * 2**32 + j for j in range(blocks)))
+        return out
+
+
 def _as_spec(value: Any, adapter: TypeAdapter, what: str):
     """Accept a spec object, a mapping (``{"kind": ...}``) or, for lengths, an int."""
     if isinstance(value, BaseModel):
@@ -356,14 +386,17 @@ def priority_problem(priorities: Any) -> str | None:
 
 def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
                    seed: int = 0, source: str | None = None, *, where: str = "",
-                   priorities: dict[int, float] | None = None) -> RequestTrace:
+                   priorities: dict[int, float] | None = None,
+                   shared_prefix: Any = None) -> RequestTrace:
     """A synthetic trace of ``num_requests`` requests, ids ``req-0 .. req-{n-1}``.
 
     ``arrival`` is an arrival spec (or a mapping such as ``{"kind": "poisson",
     "rate_per_s": 2.0}``); ``prompt`` and ``output`` are length specs, mappings, or an
     int for a fixed length; ``priorities`` maps priority values to relative weights
-    (each request draws one; default: all 0).  The same arguments and seed always give
-    the same trace, and adding ``priorities`` leaves arrivals and lengths as they were.
+    (each request draws one; default: all 0); ``shared_prefix`` (a
+    :class:`SharedPrefixSpec` or mapping) gives requests common prompt prefixes.  The
+    same arguments and seed always give the same trace, and adding ``priorities`` or
+    ``shared_prefix`` leaves arrivals and lengths as they were.
     ``where`` prefixes the field names in error messages (``"workload.trace."``).
     """
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) \
@@ -377,7 +410,7 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     output = _as_spec(output, _LENGTH, f"{where}output")
     # Child i of the seed is the same whatever the number spawned: a fourth stream for
     # priorities leaves the first three (and so every trace without priorities) as is.
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)]
     arrivals = sample_arrivals_ps(arrival, num_requests, streams[0], what=f"{where}arrival")
     prompts = sample_lengths(prompt, num_requests, streams[1], "prompt_tokens")
     outputs = sample_lengths(output, num_requests, streams[2], "output_tokens")
@@ -391,18 +424,25 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
         weights /= weights.max()  # 1e308 + 1e308 would overflow the sum
         classes = [values[i] for i in streams[3].choice(len(values), num_requests,
                                                         p=weights / weights.sum())]
+    hashes: list[tuple[int, ...]] = [()] * num_requests
+    if shared_prefix is not None:
+        shared_prefix = _as_spec(shared_prefix, TypeAdapter(SharedPrefixSpec),
+                                 f"{where}shared_prefix")
+        hashes = shared_prefix.block_hashes(num_requests, prompts, streams[4])
     label = source or (f"generated({_describe(arrival)}, prompt {_describe(prompt)}, "
                        f"output {_describe(output)}, n={num_requests}, seed={seed}"
                        + (", priorities={" + ", ".join(f"{k}: {float(v):g}" for k, v
                                                        in sorted(priorities.items())) + "}"
                           if priorities else "")
+                       + (f", shared_prefix={_describe(shared_prefix)}" if shared_prefix else "")
                        + ")")
-    return RequestTrace((Request(f"req-{i}", int(a), int(p), int(o), int(c))
-                         for i, (a, p, o, c) in enumerate(zip(arrivals, prompts, outputs, classes))),
-                        label)
+    return RequestTrace((Request(f"req-{i}", int(a), int(p), int(o), int(c), h)
+                         for i, (a, p, o, c, h) in enumerate(zip(arrivals, prompts, outputs,
+                                                                 classes, hashes))),
+                        label, shared_prefix.block_tokens if shared_prefix else None)
 
 
 def _describe(spec: BaseModel) -> str:
     fields = ", ".join(f"{k}={v}" for k, v in spec.model_dump(exclude_none=True).items()
                        if k != "kind" and not isinstance(v, list))
-    return f"{spec.kind}({fields})"
+    return f"{getattr(spec, 'kind', '')}({fields})"

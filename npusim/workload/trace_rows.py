@@ -22,7 +22,7 @@ from npusim.core.json_keys import DuplicateKeyError, unique_keys
 from npusim.core.units import PS_PER_S
 
 __all__ = ["Row", "csv_rows", "jsonl_rows", "present", "integer_cell", "seconds_cell",
-           "timestamp_cell"]
+           "timestamp_cell", "hash_ids_cell"]
 
 
 class Row:
@@ -155,10 +155,11 @@ def _clip(raw: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def seconds_cell(row: Row, column: str, loc: str) -> int:
-    """A time in seconds as exact picoseconds (decimal text is not rounded through float)."""
+def seconds_cell(row: Row, column: str, loc: str, unit: str = "seconds") -> int:
+    """A time in seconds (or ``unit='milliseconds'``) as exact picoseconds (decimal text
+    is not rounded through float)."""
     raw = row.values.get(column)
-    what = "a number of seconds >= 0"
+    what = f"a number of {unit} >= 0"
     if not present(raw):
         raise _missing(loc, column, what)
     number = _decimal(raw)
@@ -167,7 +168,8 @@ def seconds_cell(row: Row, column: str, loc: str) -> int:
     if number and number.adjusted() >= 15:  # 1e15 s, 30 million years: '1e999999' overflows Decimal
         raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what} "
                          "and below 1e15")
-    return int((number * PS_PER_S).to_integral_value())
+    scale = PS_PER_S if unit == "seconds" else PS_PER_S // 1000
+    return int((number * scale).to_integral_value())
 
 
 _DATETIME = re.compile(
@@ -208,3 +210,38 @@ def timestamp_cell(row: Row, column: str, loc: str) -> int:
         digits = zone[1:].replace(":", "")
         seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
     return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)
+
+
+_MAX_HASH = 2**63 - 1
+
+
+def hash_ids_cell(row: Row, column: str, loc: str) -> tuple[int, ...]:
+    """A prompt's block hashes: a JSON list of integers, or (CSV) integers separated
+    by blanks; an absent or empty cell is no hashes."""
+    raw = row.values.get(column)
+    what = ("integers from 0 to 2^63 - 1, one per prompt block (a JSON list, or "
+            "separated by blanks in a CSV cell)")
+    if not present(raw):
+        return ()
+    if isinstance(raw, list):
+        items: list[Any] = raw
+    elif isinstance(raw, str):
+        items = raw.split()
+    else:
+        raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
+    values = []
+    for item in items:
+        if isinstance(item, bool) or isinstance(item, float) or \
+                (isinstance(item, str) and not item.isascii()):
+            value = None
+        elif isinstance(item, int):
+            value = item
+        elif isinstance(item, str) and item.isdigit():
+            value = int(item) if len(item) < 20 else None
+        else:
+            value = None
+        if value is None or not 0 <= value <= _MAX_HASH:
+            raise TraceError(f"{loc}: column {column!r}: got {_clip(item)} in "
+                             f"{_clip(raw)}; expected {what}")
+        values.append(value)
+    return tuple(values)

@@ -14,6 +14,7 @@ from npusim.core.errors import TraceError
 from npusim.core.units import PS_PER_S
 from npusim.workload.trace_generators import (MAX_REQUESTS, SPAN_LIMIT_TEXT, ArrivalSpec,
                                               FixedArrival, GeneratorSpec, LengthSpec,
+                                              SharedPrefixSpec,
                                               fixed_span_problem, generate_trace,
                                               priority_problem, round_up_text)
 from npusim.workload.traces import MAX_ARRIVAL_PS, RequestTrace, read_trace, resolve_trace_path
@@ -29,11 +30,16 @@ class TraceSpec(GeneratorSpec):
     high: 1000}, output: {kind: fixed, tokens: 128}, num_requests: 300, seed: 0}``.
     """
 
-    file: str | None = Field(None, description="Trace file (CSV, JSONL or Azure CSV), "
+    file: str | None = Field(None, description="Trace file (CSV, JSONL, Azure CSV or "
+                                               "Mooncake JSONL), "
                                                "relative to the scenario file, the working "
                                                "directory or the npusim checkout.")
-    format: Literal["auto", "csv", "jsonl", "azure"] = Field(
+    format: Literal["auto", "csv", "jsonl", "azure", "mooncake"] = Field(
         "auto", description="Trace file format; 'auto' decides from the extension and header.")
+    hash_block_tokens: int | None = Field(
+        None, ge=1, le=1 << 20,
+        description="Prompt tokens each entry of a file's hash_ids covers (default 512, "
+                    "the Mooncake traces' block); only for files with hash_ids.")
     limit: int | None = Field(None, ge=1, description="Keep only the first N requests of "
                                                       "the file or generator.")
     allow_simultaneous: bool = Field(False, description="Accept requests with equal "
@@ -56,6 +62,10 @@ class TraceSpec(GeneratorSpec):
                           "{0: 1, 1: 4} for one request in five with priority 0 (drawn per "
                           "request with the seed; default every request 0). Schedulers "
                           "with order: priority serve lower values first.")
+
+    shared_prefix: SharedPrefixSpec | None = Field(
+        None, description="Generator: common prompt prefixes, e.g. {groups: 4, tokens: "
+                          "1024} (a system prompt per group; see prefix_caching).")
 
     @field_validator("priorities", mode="before")
     @classmethod
@@ -123,15 +133,16 @@ class TraceSpec(GeneratorSpec):
     def _one_source(self) -> "TraceSpec":
         generator = {"arrival": self.arrival, "prompt": self.prompt, "output": self.output,
                      "num_requests": self.num_requests, "seed": self.seed,
-                     "priorities": self.priorities}
+                     "priorities": self.priorities, "shared_prefix": self.shared_prefix}
         if self.file is not None:
             given = [k for k, v in generator.items() if v is not None]
             if given:
                 raise ValueError(f"give either file or a generator, not both (file is set "
                                  f"and so is {', '.join(given)})")
             return self
-        if self.format != "auto" or self.allow_simultaneous:
-            raise ValueError("format and allow_simultaneous only apply to a trace file")
+        if self.format != "auto" or self.allow_simultaneous or self.hash_block_tokens is not None:
+            raise ValueError("format, allow_simultaneous and hash_block_tokens only apply to "
+                             "a trace file (a generator's shared_prefix sets its own block)")
         missing = [k for k in ("arrival", "prompt", "output", "num_requests")
                    if generator[k] is None]
         if missing:
@@ -152,10 +163,12 @@ class TraceSpec(GeneratorSpec):
                 raise TraceError(f"{where}.file: {exc}") from None
             return read_trace(path, self.format,
                               limit=self.limit, rate_scale=self.rate_scale,
-                              allow_simultaneous=self.allow_simultaneous)
+                              allow_simultaneous=self.allow_simultaneous,
+                              hash_block_tokens=self.hash_block_tokens)
         trace = generate_trace(self.num_requests, self.arrival, self.prompt, self.output,
                                seed=self.seed if self.seed is not None else default_seed,
-                               where=f"{where}.", priorities=self.priorities)
+                               where=f"{where}.", priorities=self.priorities,
+                               shared_prefix=self.shared_prefix)
         if self.limit is not None:
             trace = trace.head(self.limit)
         # The schema checked the mean span; random gaps may still stretch past the limit.

@@ -1,13 +1,14 @@
 """Request traces for the serving engine: the :class:`Request` record, the ordered
-:class:`RequestTrace`, and readers/writers for CSV, JSONL and the Azure LLM inference
-trace format.
+:class:`RequestTrace`, and readers/writers for CSV, JSONL, the Azure LLM inference trace
+format and the Mooncake trace format (prompt block hashes for prefix caching).
 
 Arrival times are integer picoseconds from the start of the trace, as everywhere in
 npusim.  Every malformed file raises :class:`~npusim.core.errors.TraceError` whose message
 is ``FILE:LINE: column 'NAME': got VALUE; expected ...`` so a user can fix the row without
-reading a traceback.  Synthetic traces and presets live in
-:mod:`npusim.workload.trace_generators`, the row readers and cell parsers in
-:mod:`npusim.workload.trace_rows`; the format is documented in ``docs/traces.md``.
+reading a traceback.  The file readers live in :mod:`npusim.workload.trace_readers`
+(:func:`read_trace` is re-exported here), the row readers and cell parsers in
+:mod:`npusim.workload.trace_rows`, synthetic traces and presets in
+:mod:`npusim.workload.trace_generators`; the formats are documented in ``docs/traces.md``.
 """
 
 from __future__ import annotations
@@ -18,19 +19,19 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator
 
 from npusim.core.errors import TraceError
 from npusim.core.output_paths import atomic_output, check_output_file
 from npusim.core.units import PS_PER_S
-from npusim.workload.trace_rows import (Row, csv_rows, integer_cell, jsonl_rows, present,
-                                        seconds_cell, timestamp_cell)
 
 __all__ = ["Request", "RequestTrace", "read_trace", "resolve_trace_path", "FORMATS",
            "MAX_ARRIVAL_PS", "MAX_REQUEST_TOKENS"]
 
 #: Formats :func:`read_trace` understands (``auto`` picks one from the file).
-FORMATS = ("auto", "csv", "jsonl", "azure")
+FORMATS = ("auto", "csv", "jsonl", "azure", "mooncake")
+#: Prompt tokens per hashed block unless a reader is told otherwise (Mooncake's traces).
+DEFAULT_HASH_BLOCK_TOKENS = 512
 
 #: Arrival times must fit a signed 64-bit integer (pandas/numpy columns); ~106 days.
 MAX_ARRIVAL_PS = 2**63 - 1
@@ -43,6 +44,9 @@ COLUMNS = ("id", "arrival_ps", "prompt_tokens", "output_tokens", "priority")
 _TIME_COLUMNS = ("arrival_ps", "arrival_s", "timestamp")
 _AZURE_COLUMNS = {"timestamp": "TIMESTAMP", "prompt_tokens": "ContextTokens",
                   "output_tokens": "GeneratedTokens"}
+# Mooncake (FAST '25) JSONL: timestamp in milliseconds, hash_ids of 512-token blocks.
+_MOONCAKE_COLUMNS = {"timestamp_ms": "timestamp", "prompt_tokens": "input_length",
+                     "output_tokens": "output_length", "hash_ids": "hash_ids"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,10 @@ class Request:
     """One inference request.
 
     ``arrival_ps`` is measured from the start of the trace; ``priority`` is opaque here
-    (its meaning belongs to the scheduler that reads it).
+    (its meaning belongs to the scheduler that reads it).  ``block_hashes`` name the
+    content of the prompt's first blocks of the trace's ``hash_block_tokens`` tokens
+    (as Mooncake's ``hash_ids``): two requests whose first ``k`` hashes agree share
+    their first ``k`` blocks, which a prefix cache can reuse.  Empty: nothing shared.
     """
 
     request_id: str
@@ -58,6 +65,7 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     priority: int = 0
+    block_hashes: tuple[int, ...] = ()
 
     @property
     def arrival_s(self) -> float:
@@ -74,12 +82,15 @@ class RequestTrace:
     simultaneous arrivals are allowed, e.g. an offline batch all at t=0.)
     """
 
-    __slots__ = ("_requests", "source")
+    __slots__ = ("_requests", "source", "hash_block_tokens")
 
-    def __init__(self, requests: Iterable[Request], source: str = "<memory>"):
+    def __init__(self, requests: Iterable[Request], source: str = "<memory>",
+                 hash_block_tokens: int | None = None):
         self._requests: tuple[Request, ...] = tuple(requests)
         self.source = source
-        _check_invariants(self._requests, source)
+        #: Prompt tokens per block ``Request.block_hashes`` name (None: no hashes).
+        self.hash_block_tokens = hash_block_tokens
+        _check_invariants(self._requests, source, hash_block_tokens)
 
     # -- sequence behaviour -------------------------------------------------------------
     @property
@@ -98,7 +109,9 @@ class RequestTrace:
 
     def __eq__(self, other: object) -> bool:
         # Two traces are equal when they hold the same requests; the source is a label.
-        return isinstance(other, RequestTrace) and self._requests == other._requests
+        return (isinstance(other, RequestTrace) and self._requests == other._requests
+                and (self.hash_block_tokens == other.hash_block_tokens
+                     or not self.has_block_hashes))
 
     def __hash__(self) -> int:
         return hash(self._requests)
@@ -123,6 +136,40 @@ class RequestTrace:
     def total_output_tokens(self) -> int:
         """Sum of the output lengths."""
         return sum(r.output_tokens for r in self._requests)
+
+    @property
+    def has_block_hashes(self) -> bool:
+        """Whether any request names its prompt blocks (prefix caching can reuse them)."""
+        return any(r.block_hashes for r in self._requests)
+
+    def prefix_keys(self) -> list[tuple[int, ...]]:
+        """Per request, one key per *full* hashed prompt block, naming the block and
+        every block before it: equal keys mean equal prefixes, so a cache keyed by them
+        never mistakes a block that follows different text for a hit.  Keys are small
+        integers, assigned in trace order (deterministic)."""
+        block = self.hash_block_tokens or 1
+        interned: dict[tuple[int, int], int] = {}
+        out = []
+        for r in self._requests:
+            keys, parent = [], -1
+            for value in r.block_hashes[:r.prompt_tokens // block]:
+                parent = interned.setdefault((parent, value), len(interned))
+                keys.append(parent)
+            out.append(tuple(keys))
+        return out
+
+    def reusable_prompt_share(self) -> float:
+        """Share of prompt tokens in full blocks an earlier request already had: the
+        hit rate of an unbounded prefix cache that keeps every block (an upper bound for
+        any real one).  0 without block hashes."""
+        block = self.hash_block_tokens or 1
+        seen: set[int] = set()
+        reused = 0
+        for keys in self.prefix_keys():
+            reused += sum(block for key in keys if key in seen)
+            seen.update(keys)
+        total = self.total_prompt_tokens
+        return reused / total if total else 0.0
 
     def stats(self) -> dict[str, Any]:
         """Summary numbers: counts, arrival rate and burstiness, length statistics.
@@ -152,6 +199,9 @@ class RequestTrace:
             out[f"p90_{name}"] = float(np.percentile(values, 90))
             out[f"max_{name}"] = int(values.max())
         out["prompt_output_ratio"] = self.total_prompt_tokens / self.total_output_tokens
+        if self.has_block_hashes:
+            out["hash_block_tokens"] = self.hash_block_tokens
+            out["reusable_prompt_share"] = self.reusable_prompt_share()
         return out
 
     # -- transformations ------------------------------------------------------------------
@@ -173,23 +223,25 @@ class RequestTrace:
                              f"({last / PS_PER_S:g} s) would move past the {MAX_ARRIVAL_PS / PS_PER_S:.0f} s "
                              f"an arrival time can hold; expected at least {float(lowest) * 1.0001:.4g}")
         return RequestTrace((Request(r.request_id, round(Fraction(r.arrival_ps) / scale),
-                                     r.prompt_tokens, r.output_tokens, r.priority)
-                             for r in self._requests), self.source)
+                                     r.prompt_tokens, r.output_tokens, r.priority,
+                                     r.block_hashes)
+                             for r in self._requests), self.source, self.hash_block_tokens)
 
     def head(self, n: int) -> "RequestTrace":
         """The first ``n`` requests."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise TraceError(f"{self.source}: head: got {n!r}; expected an integer >= 0")
-        return RequestTrace(self._requests[:n], self.source)
+        return RequestTrace(self._requests[:n], self.source, self.hash_block_tokens)
 
     # -- export ---------------------------------------------------------------------------
     def to_frame(self):
         """The trace as a pandas DataFrame (columns id, arrival_ps, arrival_s,
-        prompt_tokens, output_tokens, priority; one row per request)."""
+        prompt_tokens, output_tokens, priority, and hash_ids (tuples) when requests name
+        their prompt blocks; one row per request)."""
         import pandas as pd
 
         rows = self._requests
-        return pd.DataFrame({
+        frame = pd.DataFrame({
             "id": pd.Series([r.request_id for r in rows], dtype="object"),
             "arrival_ps": pd.Series([r.arrival_ps for r in rows], dtype="int64"),
             "arrival_s": pd.Series([r.arrival_ps / PS_PER_S for r in rows], dtype="float64"),
@@ -197,18 +249,25 @@ class RequestTrace:
             "output_tokens": pd.Series([r.output_tokens for r in rows], dtype="int64"),
             "priority": pd.Series([r.priority for r in rows], dtype="int64"),
         })
+        if self.has_block_hashes:
+            frame["hash_ids"] = pd.Series([r.block_hashes for r in rows], dtype="object")
+        return frame
 
     def write_csv(self, path: str | Path) -> Path:
         """Write npusim's CSV format (header ``id,arrival_ps,prompt_tokens,output_tokens,
-        priority``); :func:`read_trace` reads it back unchanged.  Raises
+        priority``, and ``hash_ids`` (space-separated) when requests name their prompt
+        blocks); :func:`read_trace` reads it back unchanged (given the same
+        ``hash_block_tokens``).  Raises
         :class:`~npusim.core.errors.OutputError` if ``path`` cannot be written; a failed
         write leaves an existing file as it was."""
         path = check_output_file(path, "trace file")
         with atomic_output(path, "the trace file") as handle:
             writer = csv.writer(handle, lineterminator="\n")
-            writer.writerow(COLUMNS)
+            hashes = self.has_block_hashes
+            writer.writerow(COLUMNS + (("hash_ids",) if hashes else ()))
             writer.writerows((r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens,
-                              r.priority) for r in self._requests)
+                              r.priority) + ((" ".join(map(str, r.block_hashes)),) if hashes else ())
+                             for r in self._requests)
         return path
 
     def write_jsonl(self, path: str | Path) -> Path:
@@ -217,14 +276,21 @@ class RequestTrace:
         path = check_output_file(path, "trace file")
         with atomic_output(path, "the trace file") as handle:
             for r in self._requests:
-                handle.write(json.dumps({"id": r.request_id, "arrival_ps": r.arrival_ps,
-                                         "prompt_tokens": r.prompt_tokens,
-                                         "output_tokens": r.output_tokens,
-                                         "priority": r.priority}) + "\n")
+                record = {"id": r.request_id, "arrival_ps": r.arrival_ps,
+                          "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+                          "priority": r.priority}
+                if r.block_hashes:
+                    record["hash_ids"] = list(r.block_hashes)
+                handle.write(json.dumps(record) + "\n")
         return path
 
 
-def _check_invariants(requests: tuple[Request, ...], source: str) -> None:
+def _check_invariants(requests: tuple[Request, ...], source: str,
+                      hash_block_tokens: int | None) -> None:
+    if hash_block_tokens is not None and (isinstance(hash_block_tokens, bool) or not
+                                          isinstance(hash_block_tokens, int) or hash_block_tokens < 1):
+        raise TraceError(f"{source}: hash_block_tokens: got {hash_block_tokens!r}; expected "
+                         "an integer >= 1 (prompt tokens per hashed block)")
     seen: dict[str, int] = {}
     previous = 0
     for index, r in enumerate(requests):
@@ -252,188 +318,29 @@ def _check_invariants(requests: tuple[Request, ...], source: str) -> None:
             raise TraceError(f"{where}: request_id: duplicate of request {seen[r.request_id]}; "
                              "expected unique ids")
         seen[r.request_id] = index
+        if r.block_hashes:
+            problem = block_hashes_problem(r.block_hashes, r.prompt_tokens, hash_block_tokens)
+            if problem:
+                raise TraceError(f"{where}: block_hashes: {problem}")
 
 
-# ---------------------------------------------------------------------------------------
-# Readers
-# ---------------------------------------------------------------------------------------
-
-def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = None,
-               rate_scale: float = 1.0, allow_simultaneous: bool = False) -> RequestTrace:
-    """Read a request trace from CSV, JSONL or the Azure LLM inference format.
-
-    ``format``: ``auto`` (``.jsonl``/``.json`` → jsonl; a CSV header with
-    ``ContextTokens`` → azure; otherwise csv), ``csv``, ``jsonl`` or ``azure``.
-    ``limit`` keeps the first N requests; ``rate_scale`` multiplies the arrival rate
-    (see :meth:`RequestTrace.rescale_rate`).  Arrivals must be strictly increasing
-    unless ``allow_simultaneous`` (then equal arrivals pass; decreasing ones never do).
-
-    Raises :class:`TraceError` naming file, line, column, value and expectation.
-    """
-    path = Path(path)
-    source = str(path)
-    if format not in FORMATS:
-        raise TraceError(f"{source}: unknown trace format {format!r}; expected one of "
-                         f"{', '.join(FORMATS)}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise TraceError(f"{source}: limit: got {limit!r}; expected an integer >= 1 "
-                         "(the number of requests to keep)")
-    if not path.is_file():
-        raise TraceError(f"{source}: trace file not found")
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: spreadsheets add a BOM
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{source}: cannot read trace file ({exc})") from None
-    if not text.strip():
-        raise TraceError(f"{source}:1: file is empty; expected a header line (CSV) or one "
-                         "JSON object per line (JSONL) followed by at least one request")
-    if format == "auto":
-        format = _detect_format(path, text)
-    rows = jsonl_rows(text, source) if format == "jsonl" else csv_rows(text, source)
-    trace = _build(rows, source, format, limit, allow_simultaneous)
-    return trace.rescale_rate(rate_scale)  # also validates the factor (returns self for 1)
+def block_hashes_problem(hashes: Any, prompt_tokens: int, block_tokens: int | None) -> str:
+    """Why ``hashes`` cannot name the blocks of a prompt of ``prompt_tokens`` tokens
+    ('' if they can): integers >= 0, at most one per (partly filled) block."""
+    if block_tokens is None:
+        return ("the trace gives no hash_block_tokens; expected the number of prompt "
+                "tokens each hash covers")
+    if not isinstance(hashes, tuple) or any(isinstance(h, bool) or not isinstance(h, int)
+                                            or h < 0 for h in hashes):
+        return f"got {hashes!r}; expected integers >= 0"
+    blocks = -(-prompt_tokens // block_tokens)
+    if len(hashes) > blocks:
+        return (f"got {len(hashes)} hashes; a prompt of {prompt_tokens} tokens has "
+                f"{blocks} block(s) of {block_tokens} tokens; expected at most {blocks} "
+                "(or set the trace's hash_block_tokens to the tokens each hash covers)")
+    return ""
 
 
-def _detect_format(path: Path, text: str) -> str:
-    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        return "jsonl"
-    first = text.lstrip().split("\n", 1)[0]
-    if first.startswith("{"):
-        return "jsonl"
-    header = {name.strip() for name in next(csv.reader([first]))}
-    return "azure" if "ContextTokens" in header else "csv"
-
-
-def _columns(header: list[str] | None, first: Row, source: str, fmt: str) -> dict[str, str]:
-    """Map the logical fields (time, prompt, output, id, priority) to the file's columns."""
-    keys = header if header is not None else list(first.values)
-    where = f"{source}:{1 if header is not None else first.line}"
-    if fmt == "azure":
-        missing = [col for col in _AZURE_COLUMNS.values() if col not in keys]
-        if missing:
-            raise TraceError(f"{where}: missing column {missing[0]!r}; the Azure format "
-                             f"expects {', '.join(_AZURE_COLUMNS.values())} (got {', '.join(keys)})")
-        return dict(_AZURE_COLUMNS)
-    times = [name for name in _TIME_COLUMNS if name in keys]
-    if not times:
-        raise TraceError(f"{where}: missing arrival-time column; expected one of "
-                         f"{', '.join(_TIME_COLUMNS)} (got {', '.join(map(str, keys))})")
-    if len(times) > 1:
-        raise TraceError(f"{where}: both {times[0]!r} and {times[1]!r} given; expected exactly "
-                         "one arrival-time column")
-    for name in ("prompt_tokens", "output_tokens"):
-        if name not in keys:
-            raise TraceError(f"{where}: missing column {name!r}; expected columns "
-                             f"{' or '.join(_TIME_COLUMNS)}, prompt_tokens, output_tokens "
-                             f"[, id, priority] (got {', '.join(map(str, keys))})")
-    columns = {times[0]: times[0], "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens"}
-    for optional in ("id", "priority"):
-        if optional in keys:
-            columns[optional] = optional
-    return columns
-
-
-def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str,
-           limit: int | None, allow_simultaneous: bool) -> RequestTrace:
-    header, rows = parsed
-    requests: list[Request] = []
-    ids: dict[str, int] = {}
-    columns: dict[str, str] | None = None
-    previous_ps: int | None = None
-    previous_line = 0
-    origin_ps: int | None = None   # timestamps are made relative to the first request
-    for row in rows:
-        if columns is None:
-            columns = _columns(header, row, source, fmt)
-        loc = f"{source}:{row.line}"
-        if "arrival_ps" in columns:
-            absolute = integer_cell(row, "arrival_ps", loc, low=0, what="an integer >= 0 (picoseconds)")
-        elif "arrival_s" in columns:
-            absolute = seconds_cell(row, "arrival_s", loc)
-        else:
-            absolute = timestamp_cell(row, columns["timestamp"], loc)
-        if absolute > MAX_ARRIVAL_PS and "timestamp" not in columns:
-            # In the column's own unit: picoseconds for arrival_ps, seconds for arrival_s.
-            limit = (f"{MAX_ARRIVAL_PS} ps ({MAX_ARRIVAL_PS / PS_PER_S:.0f} s)"
-                     if "arrival_ps" in columns else f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s")
-            raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
-                             f"{row.values.get(_time_column(columns))!r}; expected at most {limit}")
-        if previous_ps is not None:
-            if absolute < previous_ps or (absolute == previous_ps and not allow_simultaneous):
-                col = _time_column(columns)
-                relation = "before" if absolute < previous_ps else "equal to"
-                expected = ("timestamps in non-decreasing order (sort the file by arrival time)"
-                            if absolute < previous_ps or allow_simultaneous else
-                            "strictly increasing timestamps (pass allow_simultaneous=True, or "
-                            "allow_simultaneous: true in a scenario, to accept requests that "
-                            "arrive at the same time)")
-                raise TraceError(f"{loc}: column {col!r}: got {row.values.get(col)!r}, {relation} "
-                                 f"the arrival at line {previous_line}; expected {expected}")
-        previous_ps, previous_line = absolute, row.line
-        if origin_ps is None:
-            origin_ps = absolute if "timestamp" in columns else 0
-        arrival = absolute - origin_ps
-        if arrival > MAX_ARRIVAL_PS:
-            raise TraceError(f"{loc}: column {_time_column(columns)!r}: got "
-                             f"{row.values.get(_time_column(columns))!r}; expected at most "
-                             f"{MAX_ARRIVAL_PS / PS_PER_S:.0f} s after the first request")
-        prompt = integer_cell(row, columns["prompt_tokens"], loc, low=1,
-                              what=f"an integer from 1 to {MAX_REQUEST_TOKENS} (tokens)",
-                              high=MAX_REQUEST_TOKENS)
-        output = integer_cell(row, columns["output_tokens"], loc, low=1,
-                              what=f"an integer from 1 to {MAX_REQUEST_TOKENS} (tokens; a "
-                                   "request generates at least one token)",
-                              high=MAX_REQUEST_TOKENS)
-        priority = (integer_cell(row, "priority", loc, low=None, what="an integer")
-                    if "priority" in columns and present(row.values.get("priority")) else 0)
-        if "id" in columns and present(row.values.get("id")):
-            raw_id = row.values["id"]
-            if isinstance(raw_id, (dict, list, bool)) or (isinstance(raw_id, float)):
-                raise TraceError(f"{loc}: column 'id': got {raw_id!r}; expected a string or integer")
-            request_id = str(raw_id)
-        else:
-            request_id = f"req-{len(requests)}"
-        if request_id in ids:
-            raise TraceError(f"{loc}: column 'id': got {request_id!r}, already used at line "
-                             f"{ids[request_id]}; expected unique ids")
-        ids[request_id] = row.line
-        requests.append(Request(request_id, arrival, prompt, output, priority))
-        if limit is not None and len(requests) >= limit:
-            break
-    if not requests:
-        raise TraceError(f"{source}:1: no requests (only a header or blank lines); "
-                         "expected at least one request")
-    return RequestTrace(requests, source)
-
-
-def _time_column(columns: Mapping[str, str]) -> str:
-    for key in _TIME_COLUMNS:
-        if key in columns:
-            return columns[key]
-    raise AssertionError("no time column")  # _columns guarantees one
-
-
-def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> Path:
-    """``file`` as given if absolute, else the first existing of base_dir/file,
-    ./file and <npusim checkout>/file; TraceError listing the places tried."""
-    from npusim.config.presets import REPO_ROOT
-
-    if not str(file).strip():  # Path("") is the current directory
-        raise TraceError(f"got an empty path {str(file)!r}; expected a trace file")
-    path = Path(file)
-    if path.is_absolute():
-        candidates = [path]
-    else:
-        candidates = ([Path(base_dir) / path] if base_dir is not None else []) + \
-            [Path.cwd() / path, REPO_ROOT / path]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    folders = [c for c in candidates if c.is_dir()]
-    if folders:
-        raise TraceError(f"{file}: {folders[0]} is a directory; expected a trace file")
-    others = [c for c in candidates if c.exists()]  # a device, a FIFO, a socket
-    if others:
-        raise TraceError(f"{file}: {others[0]} is not a regular file; expected a trace file")
-    raise TraceError(f"{file}: trace file not found (looked in "
-                     f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")
+# The readers live in their own module; ``from npusim.workload.traces import read_trace``
+# stays the public spelling.
+from npusim.workload.trace_readers import read_trace, resolve_trace_path  # noqa: E402
