@@ -57,6 +57,13 @@ def _summary_table(result) -> None:
                       f"{100 * metrics['slo_attainment_ttft']:.0f}% / "
                       f"{100 * metrics['slo_attainment_tbt']:.0f}%")
         table.add_row("tokens/s per mm²", f"{metrics['throughput_tokens_per_s_per_mm2']:.4f}")
+        if metrics.get("preemptions"):
+            table.add_row("preemptions / swap-outs",
+                          f"{metrics['preemptions']:,} / {metrics['swap_outs']:,}")
+        if metrics.get("prefix_cache_hit_tokens"):
+            table.add_row("prefix cache hits / evictions",
+                          f"{100 * metrics['prefix_cache_hit_rate']:.1f}% of prompt tokens / "
+                          f"{metrics['prefix_cache_evicted_blocks']:,} blocks")
         for replica, its in metrics["iterations_by_replica"].items():
             table.add_row(f"{replica}: batch mean / KV peak",
                           f"{its['batch_requests_mean']:.1f} req / {100 * its['kv_utilisation_peak']:.0f}%")

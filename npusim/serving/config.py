@@ -163,6 +163,15 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
         description="KV is allocated in blocks of this many tokens (vLLM's PagedAttention "
                     "block_size, 16 by default there): a request's last block is partly "
                     "empty. 1: exact per-request buffers, as NpuSim reserves them.")
+    prefix_caching: bool = Field(
+        False, description="Keep the KV of full prompt blocks after a request leaves and "
+                           "reuse it for later prompts that start with the same blocks "
+                           "(vLLM's automatic prefix caching, SGLang's RadixAttention): a "
+                           "hit is not computed again, only read by attention. Needs a "
+                           "trace whose requests name their blocks (hash_ids, Mooncake "
+                           "traces, or the generator's shared_prefix); unreferenced cached "
+                           "blocks are evicted least recently used first. On prefill and "
+                           "fused replicas.")
     kv_sram_fraction: float = Field(
         0.25, ge=0, le=1, description="Share of each core's SRAM (after buffers) offered to "
                                       "KV blocks before weights (assumption; NpuSim tunes "
@@ -217,6 +226,14 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
     @classmethod
     def _scheduler(cls, value: Any) -> Any:
         return _named_part("scheduler", value)
+
+    @model_validator(mode="after")
+    def _prefix_caching_keeps_chunks(self) -> "ServingWorkloadConfig":
+        if self.prefix_caching and getattr(self.scheduler, "chunk_kv", "keep") == "recompute":
+            raise ValueError("prefix_caching: true keeps prompt KV for later requests, and "
+                             "scheduler.chunk_kv: recompute keeps none between a prompt's "
+                             "chunks; expected chunk_kv: keep with prefix caching")
+        return self
 
 
 @register("workload", ServingWorkloadConfig)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from npusim.config.presets import REPO_ROOT
 from npusim.core import registry
 from npusim.core.errors import MappingError
+from npusim.serving.admission import KvAdmission
 from npusim.serving.iterations import IterationLog
 from npusim.serving.kv_cache import KvPool
 from npusim.serving.metrics import summarise
@@ -30,7 +31,7 @@ from npusim.workload.models import load_model
 from npusim.workload.program import DriveOutcome
 
 
-class ServingDriver:
+class ServingDriver(KvAdmission):
     """Drives a session through a whole trace (returned by the ``serving`` workload)."""
 
     def __init__(self, device, config, seed: int = 0):
@@ -42,6 +43,7 @@ class ServingDriver:
         self.trace = config.trace.build(base_dir=REPO_ROOT, default_seed=seed)
         longest = max((r.prompt_tokens + r.output_tokens for r in self.trace), default=1)
         self.replicas = build_replicas(device, config, self.model, longest)
+        self.prefix_block_tokens = self._check_prefix_caching()
         scheduler_cls = registry.lookup("scheduler", config.scheduler.kind).impl
         self.schedulers = {r.index: scheduler_cls(config.scheduler) for r in self.replicas}
         kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
@@ -58,7 +60,10 @@ class ServingDriver:
 
     # -- the event loop ------------------------------------------------------------------
     def drive(self, session, progress: Callable[[int, int], None] | None = None) -> DriveOutcome:
-        states = [RequestState(r, ready_ps=r.arrival_ps, index=i) for i, r in enumerate(self.trace)]
+        keys = self.trace.prefix_keys() if self.prefix_block_tokens else [()] * len(self.trace)
+        states = [RequestState(r, ready_ps=r.arrival_ps, index=i, prefix_keys=keys[i])
+                  for i, r in enumerate(self.trace)]
+        cache_queries = {"queried": 0, "hit": 0}  # prompt tokens looked up / found cached
         reps = self.replicas
         stage_free = {r.index: [0] * (len(r.groups) + 1) for r in reps}
         pools = self._pools()
@@ -100,6 +105,9 @@ class ServingDriver:
                 queued[replica.index] = len(waiting)
                 if swapped[replica.index]:  # swapped-out requests come back before new ones
                     waiting = [s for s in waiting if s.admitted]
+                for state in waiting:
+                    if not state.admitted:  # what this replica's cache already holds
+                        self._look_up_prefix(state, pools[replica.index])
             running = [s for s in arrived if not s.in_flight and not s.finished
                        and s.prefill_done and s.replica == replica.index
                        and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
@@ -108,7 +116,8 @@ class ServingDriver:
             return SchedulerView(now, waiting, running, pool.free_tokens,
                                  reserves_max(replica), in_flight[replica.index], replica.role,
                                  len(replica.groups), flying, self.config.scheduler.fill_pipeline,
-                                 kv_cost=lambda state, tokens: pool.charge(tokens),
+                                 kv_cost=lambda state, tokens: pool.admission_cost(
+                                     tokens, state.prefix_keys, state.cache_hit_blocks),
                                  kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown))
 
         # The router (workload.router): which entry replica an arriving request is bound
@@ -157,8 +166,24 @@ class ServingDriver:
             entries = self.schedulers[replica.index].schedule(view)
             if not entries:
                 return False
-            entries, victims = self._grow_or_preempt(replica, entries, pools[replica.index],
-                                                     reserves_max(replica))
+            pool = pools[replica.index]
+            with pool.batch():  # no cached block is evicted before the batch holds its KV
+                entries, victims = self._grow_or_preempt(replica, entries, pool,
+                                                         reserves_max(replica))
+                for entry in entries:
+                    state = entry.state
+                    if state.first_scheduled_ps is None:
+                        state.first_scheduled_ps = now
+                    if not state.admitted:
+                        pool.reserve(state, kv_need(state, replica), state.prefix_keys,
+                                     state.cache_hit_blocks)
+                        if pool.prefix_block_tokens:
+                            cache_queries["queried"] += state.prompt_target
+                            cache_queries["hit"] += state.prefilled
+                            state.prefix_cached_tokens += state.prefilled
+                        state.admitted = True
+                        state.replica = replica.index
+                    state.in_flight = True
             for state in victims:
                 if not state.swapped:  # recompute: it prefills again, if it can
                     reason = self._recompute_blocked(state)
@@ -187,15 +212,6 @@ class ServingDriver:
                                waiting=queued[replica.index], running=len(view.running),
                                preempted=len(victims))
                 return False
-            for entry in entries:
-                state = entry.state
-                if state.first_scheduled_ps is None:
-                    state.first_scheduled_ps = now
-                if not state.admitted:
-                    pools[replica.index].reserve(state, kv_need(state, replica))
-                    state.admitted = True
-                    state.replica = replica.index
-                state.in_flight = True
             segments = replica.segments(entries, self.config.kv_bucket_tokens,
                                         self.config.segment_granularity,
                                         self.config.decode_grid_points_per_octave
@@ -321,6 +337,11 @@ class ServingDriver:
         rejected = sum(1 for s in states if s.rejected)
         assert finished + rejected == len(states), "request conservation violated"
         rows, metrics = summarise(states, self, session, last_ps)
+        metrics.update({"prefix_cache_hit_tokens": cache_queries["hit"],
+                        "prefix_cache_hit_rate": (cache_queries["hit"] / cache_queries["queried"]
+                                                  if cache_queries["queried"] else 0.0),
+                        "prefix_cache_evicted_blocks": sum(p.evicted_blocks
+                                                           for p in pools.values())})
         metrics.update({"requests_total": len(states), "requests_finished": finished,
                         "requests_rejected": rejected,
                         "iterations": sum(iterations.values()),
@@ -332,109 +353,7 @@ class ServingDriver:
         return DriveOutcome(last_ps, len(session.segment_rows), info, metrics,
                             {"requests": rows, "iterations": log.columns()})
 
-    # -- helpers -------------------------------------------------------------------------
-    def _pools(self) -> dict[int, KvPool]:
-        """A fresh KV pool per replica."""
-        return {r.index: KvPool(r.kv_capacity_tokens, self.config.kv_block_tokens)
-                for r in self.replicas}
-
-    def _admissible(self, state: RequestState, pools: dict[int, KvPool]) -> str:
-        window = getattr(self.model, "max_position_embeddings", None)
-        if window and state.max_tokens > window:  # as vLLM refuses a prompt past max_model_len
-            return (f"prompt + output = {state.max_tokens} tokens exceed {self.model.name}'s "
-                    f"context window of {window} tokens (max_position_embeddings)")
-        capacity = {index: pool.capacity_tokens for index, pool in pools.items()}
-        decode = [capacity[r.index] for r in self.replicas if r.role == "decode"]
-        if decode:  # disaggregation: the prompt must fit a prefill replica, the whole
-            # request a decode replica (else it would wait for one forever)
-            prefill = max(capacity[r.index] for r in self.replicas if r.role == "prefill")
-            if state.request.prompt_tokens > prefill:
-                return (f"prompt needs KV for {state.request.prompt_tokens} tokens; a "
-                        f"prefill replica holds at most {prefill}")
-            if state.max_tokens > max(decode):
-                return (f"needs KV for {state.max_tokens} tokens; a decode replica holds "
-                        f"at most {max(decode)}")
-        elif state.max_tokens > max(capacity.values()):
-            return (f"needs KV for {state.max_tokens} tokens; a replica holds at most "
-                    f"{max(capacity.values())}")
-        if self.config.scheduler.kind != "chunked_prefill" and \
-                state.request.prompt_tokens > self.config.scheduler.max_batch_tokens:
-            return (f"prompt of {state.request.prompt_tokens} tokens exceeds "
-                    f"scheduler.max_batch_tokens={self.config.scheduler.max_batch_tokens} "
-                    "and this scheduler does not chunk prompts")
-        return ""
-
-    def _grow_or_preempt(self, replica: Replica, entries: list[Entry], pool: KvPool,
-                         reserve_max: bool) -> tuple[list[Entry], list[RequestState]]:
-        """Incremental KV: each decode needs one more token; preempt the newest decodes
-        of the micro-batch until the rest fit.  Returns the entries kept and the
-        preempted requests (``swapped`` set with ``preemption: swap``; with ``recompute``
-        their KV is dropped and they prefill again, on a prefill replica when this one
-        only decodes)."""
-        if reserve_max:
-            return entries, []
-        growth = sum(pool.growth_cost(e.state) for e in entries if e.state.prefill_done)
-        free = pool.free_tokens
-        if growth <= free:
-            for entry in entries:
-                if entry.state.prefill_done:
-                    pool.grow(entry.state)
-            return entries, []
-        decoding = [e for e in entries if e.state.prefill_done]
-        victims = self.schedulers[replica.index].preemption_order(decoding)
-        kept = list(entries)
-        preempted: list[RequestState] = []
-        for victim in victims:
-            if growth <= free:
-                break
-            state = victim.state
-            kept.remove(victim)
-            growth -= pool.growth_cost(state)
-            free += pool.release(state)
-            if self.swap_host is not None:  # its KV survives on the host
-                state.swapped = True
-                state.swapped_out += 1
-            else:                            # its KV is gone: prefill everything again
-                state.preemption_recomputed += state.kv_tokens
-                state.kv_tokens = state.prefilled = 0
-                state.recompute_tokens = state.generated
-                if replica.role == "decode":  # the prefill pool does that
-                    state.replica = None
-            preempted.append(state)
-            state.preempted += 1
-            state.admitted = False
-        for entry in kept:
-            if entry.state.prefill_done:
-                pool.grow(entry.state)
-        return kept, preempted
-
-    def _recompute_blocked(self, state: RequestState) -> str:
-        """Why a recompute-preempted request can never prefill again ('' if it can): a
-        scheduler that runs whole prompts only takes up to max_batch_tokens of them, and
-        under disaggregation the prefill pool must hold prompt + generated tokens of KV
-        (else the victim would wait at the head of its queue forever, and every later
-        request behind it)."""
-        block = self.config.kv_block_tokens  # a pool holds whole blocks
-        prefill = [r.kv_capacity_tokens // block * block for r in self.replicas
-                   if r.role == "prefill"]
-        if prefill and state.prompt_target > max(prefill):
-            return (f"preempted after {state.generated} tokens (preemption: recompute); "
-                    f"prompt + generated = {state.prompt_target} tokens of KV to prefill "
-                    f"again, and a prefill replica holds at most {max(prefill)} (use swap "
-                    "preemption, max_length reservation or more prefill KV)")
-        scheduler = self.config.scheduler
-        if scheduler.kind != "chunked_prefill" and state.prompt_target > scheduler.max_batch_tokens:
-            return (f"preempted after {state.generated} tokens (preemption: recompute); "
-                    f"prompt + generated = {state.prompt_target} tokens exceeds "
-                    f"scheduler.max_batch_tokens={scheduler.max_batch_tokens} and this "
-                    "scheduler does not chunk prompts (use chunked_prefill or swap)")
-        return ""
-
-    def _handover_need(self, state: RequestState) -> int:
-        """KV a decode replica reserves when it takes a request over: all of it under
-        max_length, else what arrived (each decode step then reserves one more)."""
-        return state.max_tokens if self.config.kv_reservation == "max_length" else state.kv_tokens
-
+    # -- completing an iteration ---------------------------------------------------------
     def _complete(self, entry: Entry, replica: Replica, now: int, pools: dict[int, KvPool],
                   handed, finish, session, events, counter) -> None:
         state = entry.state
@@ -443,6 +362,8 @@ class ServingDriver:
         state.kv_tokens += entry.new_tokens
         if not state.prefill_done:
             state.prefilled += entry.new_tokens
+            # its prompt blocks prefilled so far are there for later prompts to reuse
+            pools[replica.index].cache_prefilled(state, state.prefix_keys, state.prefilled)
         if not entry.samples:
             return
         state.generated += 1

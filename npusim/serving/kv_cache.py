@@ -20,7 +20,8 @@ is what reservations and referenced cached blocks hold, never above ``capacity_t
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     from npusim.serving.state import RequestState
@@ -43,6 +44,7 @@ class KvPool:
         self._refs: dict[int, list[int]] = {}     # id(state) -> cached block keys it holds
         self._ref_counts: dict[int, int] = {}     # cached block key -> references
         self._idle: OrderedDict[int, None] = OrderedDict()  # unreferenced, oldest first
+        self._deferred = False
         self.evicted_blocks = 0
 
     # -- sizes ---------------------------------------------------------------------------
@@ -148,6 +150,19 @@ class KvPool:
             refs.append(key)
         self._fit()
 
+    @contextmanager
+    def batch(self) -> Iterator["KvPool"]:
+        """Reservations of one iteration, made as one: no cached block is evicted until
+        they are all made, so a request's hit found when the batch was formed is still
+        there when its turn comes (the admission costs already counted the hit blocks
+        as taken)."""
+        self._deferred = True
+        try:
+            yield self
+        finally:
+            self._deferred = False
+        self._fit()
+
     # -- internals -----------------------------------------------------------------------
     def _ref(self, key: int) -> None:
         if self._ref_counts[key] == 0:
@@ -164,6 +179,8 @@ class KvPool:
     def _fit(self) -> None:
         """Evict unreferenced cached blocks, least recently used first, until what is
         held fits the memory."""
+        if self._deferred:
+            return
         assert self.used_tokens <= self.capacity_tokens, "KV reserved beyond its capacity"
         while self._idle and self.used_tokens + self.cached_idle_tokens > self.capacity_tokens:
             key, _ = self._idle.popitem(last=False)

@@ -75,6 +75,7 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
                          else s.first_scheduled_ps - r.arrival_ps),
             "generated": s.generated, "preempted": s.preempted, "swapped_out": s.swapped_out,
             "preemption_recomputed_tokens": s.preemption_recomputed,
+            "prefix_cached_tokens": s.prefix_cached_tokens,
             "token_times_ps": " ".join(map(str, s.token_times_ps)),
             "priority": r.priority,
             "replica": s.replica if s.finished else None,  # where its last token came from

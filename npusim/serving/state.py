@@ -33,6 +33,9 @@ class RequestState:
     rejected: str = ""
     index: int = 0                     # position in the trace: breaks ties of equal arrivals
     routed: int | None = None          # replica the router bound it to, until it leaves it
+    prefix_keys: tuple[int, ...] = ()  # its full prompt blocks' cache keys (prefix caching)
+    cache_hit_blocks: int = 0          # of them, cached on the replica considering it now
+    prefix_cached_tokens: int = 0      # prompt tokens its admissions found cached (all told)
 
     @property
     def id(self) -> str:

@@ -74,7 +74,7 @@ def _detect_format(path: Path, text: str) -> str:
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson") or first.startswith("{"):
         try:
             keys = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):
             keys = None  # the JSONL reader names the line and the problem
         return "mooncake" if isinstance(keys, dict) and "input_length" in keys else "jsonl"
     header = {name.strip() for name in next(csv.reader([first]))}

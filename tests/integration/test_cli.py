@@ -42,6 +42,18 @@ def test_the_serving_summary_names_the_makespan_and_each_pool(tmp_path, capsys):
     assert "run.trace is false: ops.csv and trace.json hold no per-task rows" in out
 
 
+def test_the_serving_summary_shows_prefix_cache_hits_when_caching(tmp_path, capsys):
+    scenario = REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"
+    trace = ("workload.trace={arrival: {kind: fixed, rate_per_s: 4}, prompt: 64, output: 2, "
+             "num_requests: 4, shared_prefix: {groups: 1, tokens: 32}}")
+    code, out, _ = run_cli(["run", str(scenario), "--out", str(tmp_path), "--mode", "analytic",
+                            "--set", "workload.model=qwen3_1_7b", "--set", trace,
+                            "--set", "workload.prefix_caching=true"], capsys)
+    assert code in (0, None)
+    # three of the four prompts find their first 32 of 64 tokens cached
+    assert "prefix cache hits / evictions" in out and "37.5% of prompt tokens / 0 blocks" in out
+
+
 def test_summary_helpers_order_names_naturally_and_switch_to_seconds():
     from npusim.cli import _milliseconds, _natural
 

@@ -15,6 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+#: Prompt tokens per hash_ids entry in the property tests' traces.
+HASH_BLOCK = 16
+
+
 def token_times(cell) -> list[int]:
     return [int(x) for x in str(cell).split()] if isinstance(cell, str) and cell.strip() else []
 
@@ -95,6 +99,31 @@ def check_requests(result, config: dict) -> None:
             assert any(too_long), r
 
 
+def check_prefix_cache(result, config: dict) -> None:
+    """Hits are counted once per admission, never cover a whole prompt, and (without
+    recompute preemption, which admits a request again) never exceed what an unbounded
+    cache could reuse: the trace's block occurrences beyond each block's first."""
+    m, req = result.metrics, result.requests
+    assert m["prefix_cache_hit_tokens"] == req["prefix_cached_tokens"].sum()
+    if not config.get("prefix_caching"):
+        assert m["prefix_cache_hit_tokens"] == 0 and m["prefix_cache_hit_rate"] == 0
+        return
+    assert 0 <= m["prefix_cache_hit_rate"] <= 1
+    if config["preemption"] == "recompute" and m["preemptions"] > 0:
+        return
+    assert (req["prefix_cached_tokens"] <= (req["prompt_tokens"] - 1).clip(lower=0)).all()
+    prompts = {r[0]: r[2] for r in config["trace"]}
+    seen, reusable = set(), 0
+    for row in config["trace"]:
+        chain = []
+        for value in (row[5].split() if len(row) > 5 else [])[:prompts[row[0]] // HASH_BLOCK]:
+            chain.append(value)
+            key = tuple(chain)
+            reusable += HASH_BLOCK if key in seen else 0
+            seen.add(key)
+    assert m["prefix_cache_hit_tokens"] <= reusable
+
+
 def check_iterations(result, config: dict) -> None:
     m, it, req = result.metrics, result.table("iterations"), result.requests
     sched = config["scheduler"]
@@ -124,9 +153,11 @@ def check_iterations(result, config: dict) -> None:
         assert (new_tokens <= min(sched["token_budget"], sched["max_batch_tokens"])).all()
         assert (it["prefill_tokens"] <= it["prefill_requests"] * sched["prefill_chunk"]).all()
     else:
-        # whole prompts only: an iteration prefills or decodes, never both
-        assert ((it["prefill_requests"] == 0) | (it["decode_requests"] == 0)).all()
         assert (it["prefill_tokens"] <= sched["max_batch_tokens"]).all()
+        if m["prefix_cache_hit_tokens"] == 0:
+            # whole prompts only: an iteration prefills or decodes, never both (a prompt
+            # whose cached prefix leaves one token to compute is shaped as a decode step)
+            assert ((it["prefill_requests"] == 0) | (it["decode_requests"] == 0)).all()
     if sched["kind"] == "static":
         # static batching keeps one batch in flight per replica
         for _, rows in it.groupby("replica"):
@@ -136,9 +167,13 @@ def check_iterations(result, config: dict) -> None:
         assert (it["recomputed_tokens"] == 0).all()
     assert (it["recomputed_tokens"] <= it["context_tokens"]).all()
     assert m["prefill_tokens_recomputed"] == it["recomputed_tokens"].sum()
-    # KV: never beyond capacity, and what is reserved covers the batch's own tokens
+    # KV: never beyond capacity, and what is reserved covers the batch's own tokens (a
+    # cached prefix block several requests of the batch share is held once)
     assert (it["kv_used_tokens"] <= it["kv_capacity_tokens"]).all()
-    assert (it["kv_used_tokens"] >= it["context_tokens"] + new_tokens).all()
+    if not config.get("prefix_caching"):
+        assert (it["kv_used_tokens"] >= it["context_tokens"] + new_tokens).all()
+    block = config.get("kv_block_tokens", 1)
+    assert (it["kv_used_tokens"] % block == 0).all() and (it["kv_capacity_tokens"] % block == 0).all()
     for index, rows in it.groupby("replica"):
         rep = replicas[index]
         assert (rows["role"] == rep["role"]).all()
@@ -155,7 +190,9 @@ def check_iterations(result, config: dict) -> None:
         assert set(it["role"]) <= {"prefill", "decode"}
         # a prefill replica decodes nothing; only a prompt's last chunk of one token
         # after kept KV counts as a decode step (Entry.is_decode)
-        if not (sched["kind"] == "chunked_prefill" and sched.get("chunk_kv", "keep") == "keep"):
+        # (or one left after a cached prefix)
+        if not (sched["kind"] == "chunked_prefill" and sched.get("chunk_kv", "keep") == "keep") \
+                and m["prefix_cache_hit_tokens"] == 0:
             assert (it.loc[it["role"] == "prefill", "decode_requests"] == 0).all()
     # every token leaves at the end of a micro-batch; every request's queueing ends at a
     # launch
@@ -169,11 +206,14 @@ def check_iterations(result, config: dict) -> None:
     # finished requests' prompts plus all but their first output token (that one comes
     # from the prefill)
     finished = req[req["status"] == "finished"]
-    exact = int((finished["prompt_tokens"] + finished["output_tokens"] - 1).sum())
+    # prompt tokens found in the prefix cache are not computed again
+    exact = int((finished["prompt_tokens"] + finished["output_tokens"] - 1
+                 - finished["prefix_cached_tokens"]).sum())
     recompute_preempted = config["preemption"] == "recompute" and m["preemptions"] > 0
     if not recompute_preempted and (req.loc[req["status"] == "rejected", "generated"] == 0).all():
         assert new_tokens.sum() == exact
-        if sched["kind"] != "chunked_prefill":
+        # (a hit leaving one prompt token makes that token a decode step)
+        if sched["kind"] != "chunked_prefill" and m["prefix_cache_hit_tokens"] == 0:
             assert it["prefill_tokens"].sum() == finished["prompt_tokens"].sum()
             assert it["decode_requests"].sum() == (finished["output_tokens"] - 1).sum()
     else:
@@ -316,6 +356,7 @@ def check_metrics(result, config: dict) -> None:
 
 def check_run(result, config: dict) -> None:
     check_requests(result, config)
+    check_prefix_cache(result, config)
     check_iterations(result, config)
     check_segments(result, config)
     check_metrics(result, config)

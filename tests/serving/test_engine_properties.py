@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from npusim.api import simulate
-from tests.serving.engine_invariants import check_requests, check_run
+from tests.serving.engine_invariants import HASH_BLOCK, check_requests, check_run
 
 pytestmark = pytest.mark.component
 
@@ -77,9 +77,10 @@ RUN_TIMEOUT_S = 120  # a run that loops forever is a failure, not a hung suite
 # -- strategies ---------------------------------------------------------------------------
 
 @st.composite
-def traces(draw, max_requests=16, pressure=False):
-    """Rows (id, arrival_ps, prompt, output, priority) in arrival order; with ``pressure`` longer
-    requests arriving close together (incremental KV then preempts on a tight chip)."""
+def traces(draw, max_requests=16, pressure=False, prefixes=False):
+    """Rows (id, arrival_ps, prompt, output, priority, hash_ids) in arrival order; with
+    ``pressure`` longer requests arriving close together (incremental KV then preempts on
+    a tight chip); with ``prefixes`` most requests share one of a few prompt prefixes."""
     n = draw(st.integers(8 if pressure else 2, max_requests))
     pattern = draw(st.sampled_from(["burst", "bursty"] if pressure else ["burst", "bursty", "sparse"]))
     if pattern == "burst":        # an offline batch: everyone at t = 0
@@ -101,12 +102,25 @@ def traces(draw, max_requests=16, pressure=False):
     outputs = draw(st.lists(output, min_size=n, max_size=n))
     classes = draw(st.sampled_from([1, 1, 2, 3]))  # priority classes (order: priority)
     priorities = draw(st.lists(st.integers(0, classes - 1), min_size=n, max_size=n))
-    return [(f"q{i}", t, p, o, c)
-            for i, (t, p, o, c) in enumerate(zip(arrivals, prompts, outputs, priorities))]
+    # shared prompt prefixes (blocks of HASH_BLOCK tokens): none, or one of 1-2 groups
+    groups = draw(st.sampled_from([1, 2, 3] if prefixes else [0, 1, 2]))
+    shared = draw(st.sampled_from([128, 512, 1024] if prefixes else [32, 128, 512]))
+    members = draw(st.lists(st.integers(-1 if not prefixes else 0, groups - 1), min_size=n,
+                            max_size=n))
+    hashes = [" ".join(str(g * 1000 + j) for j in range(min(p, shared) // HASH_BLOCK))
+              if g >= 0 else "" for p, g in zip(prompts, members)]
+    if prefixes:  # every block named, as Mooncake traces do: each prompt's own blocks
+        # after the shared ones are cached too, and fill the KV until evicted
+        hashes = [(h + " " + " ".join(str(10**6 * (i + 1) + j) for j in
+                                      range(len(h.split()), -(-p // HASH_BLOCK)))).strip()
+                  for i, (h, p) in enumerate(zip(hashes, prompts))]
+    return [(f"q{i}", t, p, o, c, h)
+            for i, (t, p, o, c, h) in enumerate(zip(arrivals, prompts, outputs, priorities,
+                                                   hashes))]
 
 
 @st.composite
-def schedulers(draw, pressure=False):
+def schedulers(draw, pressure=False, keep_chunks=False):
     kind = draw(st.sampled_from(["static", "continuous", "chunked_prefill"]))
     size = st.integers(4, 16) if pressure else st.one_of(st.integers(1, 4), st.integers(1, 16))
     cfg = {"kind": kind, "max_batch_size": draw(size),
@@ -117,7 +131,7 @@ def schedulers(draw, pressure=False):
         cfg["prefill_chunk"] = draw(st.integers(4, 512))
         cfg["max_batch_tokens"] = draw(st.sampled_from([2048, cfg["token_budget"],
                                                         max(4, cfg["token_budget"] // 2)]))
-        cfg["chunk_kv"] = draw(st.sampled_from(["keep", "recompute"]))
+        cfg["chunk_kv"] = draw(st.sampled_from(["keep"] if keep_chunks else ["keep", "recompute"]))
     else:
         # small limits make long prompts inadmissible (rejected on arrival, with a reason)
         cfg["max_batch_tokens"] = draw(st.sampled_from([2048, 1024] if pressure
@@ -127,15 +141,18 @@ def schedulers(draw, pressure=False):
 
 @st.composite
 def configs(draw, profiles=tuple(PROFILES), reservations=("max_length", "incremental"),
-            pressure=False):
+            pressure=False, prefixes=False):
     return {
         "profile": draw(st.sampled_from(list(profiles))),
-        "trace": draw(traces(pressure=pressure)),
-        "scheduler": draw(schedulers(pressure=pressure)),
+        "trace": draw(traces(pressure=pressure, prefixes=prefixes)),
+        # (prefix caching keeps no KV with chunk_kv: recompute: a configuration error)
+        "scheduler": draw(schedulers(pressure=pressure, keep_chunks=prefixes)),
         "kv_reservation": draw(st.sampled_from(list(reservations))),
         "preemption": draw(st.sampled_from(["recompute", "swap"])),
         # (only profiles with more than one entry replica route at all)
         "router": draw(st.sampled_from(["shared_queue", "round_robin", "least_outstanding"])),
+        "prefix_caching": prefixes or draw(st.booleans()),
+        "kv_block_tokens": draw(st.sampled_from([1, 1, 4, HASH_BLOCK])),
     }
 
 
@@ -161,14 +178,21 @@ def time_limit(seconds: int):
 
 def run(config: dict, trace_dir: Path):
     rows = config["trace"]
-    text = ("id,arrival_ps,prompt_tokens,output_tokens,priority\n"
-            + "".join(f"{r[0]},{r[1]},{r[2]},{r[3]},{r[4] if len(r) > 4 else 0}\n"
-                      for r in rows))
+    text = ("id,arrival_ps,prompt_tokens,output_tokens,priority,hash_ids\n"
+            + "".join(f"{r[0]},{r[1]},{r[2]},{r[3]},{r[4] if len(r) > 4 else 0},"
+                      f"{r[5] if len(r) > 5 else ''}\n" for r in rows))
+    # prefix caching needs a trace that names blocks, and keeps no KV with chunk_kv: recompute
+    caching = (config.get("prefix_caching", False) and any(len(r) > 5 and r[5] for r in rows)
+               and config["scheduler"].get("chunk_kv", "keep") == "keep")
+    config["prefix_caching"] = caching
     path = trace_dir / f"trace_{hashlib.sha1(text.encode()).hexdigest()[:16]}.csv"
     path.write_text(text)
     scenario, overrides = PROFILES[config["profile"]]
     overrides = [SMALL, *overrides,
-                 f"workload.trace={{file: {path}, allow_simultaneous: true}}",
+                 f"workload.trace={{file: {path}, allow_simultaneous: true, "
+                 f"hash_block_tokens: {HASH_BLOCK}}}",
+                 f"workload.prefix_caching={str(caching).lower()}",
+                 f"workload.kv_block_tokens={config.get('kv_block_tokens', 1)}",
                  f"workload.scheduler={yaml_map(config['scheduler'])}",
                  f"workload.kv_reservation={config['kv_reservation']}",
                  f"workload.preemption={config['preemption']}",
@@ -202,6 +226,14 @@ def test_every_run_keeps_the_engine_invariants(config, trace_dir):
 def test_kv_pressure_preempts_and_still_keeps_every_invariant(config, trace_dir):
     # Long prompts on a chip with a few thousand KV tokens: incremental reservation
     # preempts (recompute or swap) and every invariant above must still hold.
+    check_run(run(config, trace_dir), config)
+
+
+@settings(max_examples=16, **FAST)
+@given(config=configs(profiles=TIGHT_PROFILES, pressure=True, prefixes=True))
+def test_prefix_caching_under_kv_pressure_keeps_every_invariant(config, trace_dir):
+    # Shared prompt prefixes on a chip with a few thousand KV tokens: cached blocks are
+    # shared, kept after their requests leave and evicted when room is needed.
     check_run(run(config, trace_dir), config)
 
 
