@@ -127,14 +127,14 @@ class EnergyConfig(NumbersNotBooleans):
         description="pJ per bit for a DRAM whose standard matches no key of dram_pj_per_bit. "
                     "Assumption: the HBM2 figure (the NPU presets use HBM).")
     dram_activate_pj_per_row_kib: float = Field(
-        360.0, ge=0,
+        525.0, ge=0,
         description="pJ per row activation (ACT + PRE) per KiB of row opened. Micron "
                     "TN-40-07 method, E = VDD (IDD0 tRC - IDD3N tRAS - IDD2N (tRC - tRAS)), "
-                    "with Ramulator 2's DDR4-8Gb-x8 currents (1.2 V; 60/55/50 mA) and "
-                    "DDR4-3200 tRC 46.25 ns, tRAS 32.5 ns = 360 pJ per 1 KiB device row; "
-                    "assumption: the same per KiB for every standard. Activations are "
-                    "counted by the tlm DRAM model; the analytic level estimates one per "
-                    "row_bytes streamed.")
+                    "with DRAMsim3 configs/DDR4_8Gb_x8_3200.ini currents (VDD 1.2 V; IDD0 "
+                    "57, IDD3N 52, IDD2N 37 mA) and DDR4-3200 tRC 46.25 ns, tRAS 32.5 ns = "
+                    "525 pJ per 1 KiB device row; assumption: the same per KiB for every "
+                    "standard. Activations are counted by the tlm DRAM model; the analytic "
+                    "level estimates one per row_bytes streamed.")
 
     # -- network and links --------------------------------------------------------------
     wire_pj_per_bit_per_mm: float = Field(

@@ -219,8 +219,15 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                             "every overlap inside the stage kept): the reference to check "
                             "chosen points with.")
     slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
-    weight_tile_bytes: Bytes = Field(4 << 20, gt=0, description="Weight tile streamed from HBM.")
-    stream_chunk_bytes: Bytes = Field(256 << 10, gt=0, description="Burst group of bulk streams.")
+    weight_tile_bytes: Bytes = Field(
+        4 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one DMA per "
+                                   "tile, double-buffered; assumption: 4 MiB, as the llm "
+                                   "workload's).")
+    stream_chunk_bytes: Bytes = Field(
+        256 << 10, gt=0, description="Burst group of bulk sequential streams: one simulated "
+                                     "memory transaction each (a simulation grain, not a "
+                                     "hardware size; the DRAM channel still times every "
+                                     "burst inside it).")
 
     @field_validator("scheduler")
     @classmethod
