@@ -15,6 +15,7 @@ add 0.03 pJ; 64-bit read of a 32 KB SRAM 20 pJ) and are multiplied by
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
@@ -41,16 +42,20 @@ _SRAM_32KB_45NM_PJ_PER_BIT = 20.0 / 64  # 64-bit read of a 32 KB array
 #: On-chip wire energy (components.md "Links and energy": ~40 fJ/bit/mm).
 WIRE_PJ_PER_BIT_PER_MM = 0.04
 
-# Assumption: a scratchpad access travels on average half the side of the core's SRAM
-# macro; for the 64 MiB/core presets (64 x 0.45 mm²/MiB = 28.8 mm², side 5.4 mm, from
-# npusim/hw/area.py) that is 2.7 mm of wire.
-_SRAM_WIRE_MM = 2.7
+#: The array part of an SRAM read (pJ/bit): Horowitz's 45 nm 32 KB array, scaled to 7 nm.
+SRAM_ARRAY_READ_PJ_PER_BIT = _SRAM_32KB_45NM_PJ_PER_BIT * SRAM_SCALE_45_TO_7NM
+#: Assumption: writes cost 1.4x reads, the write/read ratio CACTI 7 reports for a wide
+#: (512-bit) 28 nm SRAM array (0.0486 vs 0.0347 pJ/bit).
+SRAM_WRITE_TO_READ = 1.4
 
-_SRAM_READ_PJ_PER_BIT = (_SRAM_32KB_45NM_PJ_PER_BIT * SRAM_SCALE_45_TO_7NM
-                         + WIRE_PJ_PER_BIT_PER_MM * _SRAM_WIRE_MM)
-# Assumption: writes cost 1.4x reads, the write/read ratio CACTI 7 reports for a wide
-# (512-bit) 28 nm SRAM array (0.0486 vs 0.0347 pJ/bit).
-_SRAM_WRITE_PJ_PER_BIT = 1.4 * _SRAM_READ_PJ_PER_BIT
+
+def sram_read_pj_per_bit(capacity_bytes: int, mm2_per_mib: float) -> float:
+    """pJ per bit read from a scratchpad of ``capacity_bytes``: the array read plus the
+    wire to and from it.  Assumption: an access travels on average half the side of the
+    core's SRAM macro (a square of ``capacity x mm2_per_mib``, npusim/hw/area.py): 2.7 mm
+    for 64 MiB (28.8 mm²), 1.3 mm for 16 MiB."""
+    side_mm = math.sqrt(capacity_bytes / 2**20 * mm2_per_mib)
+    return SRAM_ARRAY_READ_PJ_PER_BIT + WIRE_PJ_PER_BIT_PER_MM * side_mm / 2
 
 #: DRAM access energy (pJ per bit read or written, I/O included) by standard family.  The
 #: family is matched at the start of a DRAM config's ``standard`` string, longest first.
@@ -103,16 +108,18 @@ class EnergyConfig(NumbersNotBooleans):
                     "(Horowitz: operand delivery costs as much as the arithmetic).")
 
     # -- on-chip memory -----------------------------------------------------------------
-    sram_read_pj_per_bit: float = Field(
-        _SRAM_READ_PJ_PER_BIT, ge=0,
-        description="pJ per bit read from a core's SRAM scratchpad. Horowitz 45 nm 32 KB "
-                    "array 20 pJ / 64 bit x 1/2 for 7 nm (assumption) + 2.7 mm of wire at "
-                    "0.04 pJ/bit/mm (components.md; assumption: half the side of a 64 MiB "
-                    "macro from npusim/hw/area.py) = 0.26 pJ/bit.")
-    sram_write_pj_per_bit: float = Field(
-        _SRAM_WRITE_PJ_PER_BIT, ge=0,
-        description="pJ per bit written to an SRAM scratchpad. Assumption: 1.4x a read "
-                    "(the write/read ratio of a wide 28 nm CACTI 7 array) = 0.37 pJ/bit.")
+    sram_read_pj_per_bit: float | None = Field(
+        None, ge=0,
+        description="pJ per bit read from a core's SRAM scratchpad. Default (None): "
+                    "Horowitz 45 nm 32 KB array 20 pJ / 64 bit x 1/2 for 7 nm (assumption) "
+                    "+ wire at 0.04 pJ/bit/mm (components.md) over half the side of the "
+                    "core's SRAM macro (assumption; its area from npusim/hw/area.py): "
+                    "0.26 pJ/bit for 64 MiB per core, 0.21 for 16 MiB.")
+    sram_write_pj_per_bit: float | None = Field(
+        None, ge=0,
+        description="pJ per bit written to an SRAM scratchpad. Default (None): 1.4x the "
+                    "read (assumption: the write/read ratio of a wide 28 nm CACTI 7 array); "
+                    "0.37 pJ/bit for 64 MiB per core.")
 
     # -- DRAM ---------------------------------------------------------------------------
     dram_pj_per_bit: dict[str, Annotated[float, Field(ge=0)]] = Field(

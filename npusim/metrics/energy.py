@@ -55,6 +55,23 @@ def noc_hop_pj_per_bit(config: EnergyConfig, device: Any) -> tuple[float, float 
     return config.noc_router_pj_per_bit + config.wire_pj_per_bit_per_mm * length, length
 
 
+def sram_pj_per_bit(config: EnergyConfig, capacity_bytes: int) -> tuple[float, float]:
+    """``(read, write)`` pJ per bit of a scratchpad of ``capacity_bytes``: the configured
+    values, or by default the array read plus the wire across half its macro
+    (:func:`npusim.hw.energy.sram_read_pj_per_bit`, the macro's area from the default
+    :class:`~npusim.hw.area.AreaConfig`) and writes 1.4x reads."""
+    from npusim.hw.area import AreaConfig
+    from npusim.hw.energy import SRAM_WRITE_TO_READ, sram_read_pj_per_bit
+
+    read = config.sram_read_pj_per_bit
+    if read is None:
+        read = sram_read_pj_per_bit(capacity_bytes, AreaConfig().sram_mm2_per_mib)
+    write = config.sram_write_pj_per_bit
+    if write is None:
+        write = SRAM_WRITE_TO_READ * read
+    return read, write
+
+
 def static_power_w(part: Any, config: EnergyConfig) -> float | None:
     """Static power of one part in W (``None``: a part type the model does not know)."""
     from npusim.hw.compute.systolic import SystolicArray
@@ -134,8 +151,12 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
         elif isinstance(part, VectorUnit):
             energy = stats.get("flops", 0) * cfg.vector_op_pj
         elif isinstance(part, Sram):
-            energy = 8 * (stats.get("bytes_read", 0) * cfg.sram_read_pj_per_bit
-                          + stats.get("bytes_written", 0) * cfg.sram_write_pj_per_bit)
+            read_pj, write_pj = sram_pj_per_bit(cfg, part.config.capacity_bytes)
+            energy = 8 * (stats.get("bytes_read", 0) * read_pj
+                          + stats.get("bytes_written", 0) * write_pj)
+            if moved_bits:  # per scratchpad size (one entry on a homogeneous chip)
+                basis.setdefault("sram", {})[str(part.config.capacity_bytes)] = {
+                    "read_pj_per_bit": read_pj, "write_pj_per_bit": write_pj}
         elif isinstance(part, DramChannel):
             dcfg = part.config
             pj_bit, family = cfg.dram_pj_per_bit_for(dcfg.standard)

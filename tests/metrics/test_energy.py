@@ -106,8 +106,12 @@ def test_hand_built_counters_give_the_configured_energies(large_core_64):
     lv = out["energy_by_level_j"]
     assert lv["sa"] == pytest.approx(1_000_000 * config.mac_fp16_pj * PJ, rel=REL)
     assert lv["vec"] == pytest.approx(1_000 * config.vector_op_pj * PJ, rel=REL)
-    assert lv["sram"] == pytest.approx(
-        (800 * config.sram_read_pj_per_bit + 400 * config.sram_write_pj_per_bit) * PJ, rel=REL)
+    # 64 MiB per core: half the side of a 28.8 mm² macro is 2.68 mm of wire
+    read = 20 / 64 / 2 + 0.04 * math.sqrt(64 * 0.45) / 2
+    write = 1.4 * read
+    assert lv["sram"] == pytest.approx((800 * read + 400 * write) * PJ, rel=REL)
+    assert out["basis"]["sram"][str(64 << 20)] == pytest.approx(
+        {"read_pj_per_bit": read, "write_pj_per_bit": write})
     row_kib = large_core_64.config.hbm.row_bytes / 1024
     assert lv["hbm"] == pytest.approx(
         (4096 * 8 * 3.6 + 3 * config.dram_activate_pj_per_row_kib * row_kib) * PJ, rel=REL)
@@ -262,3 +266,15 @@ def test_bad_energy_override_is_a_clear_config_error(tmp_path, capsys):
                          "--out", str(tmp_path)], capsys)
     assert code != 0 and "Traceback" not in err
     assert "run.energy.sram_read_pj_per_bit" in err and "greater than or equal to 0" in err
+
+
+@pytest.mark.unit
+def test_sram_energy_follows_the_macro_size_unless_set():
+    from npusim.metrics.energy import sram_pj_per_bit
+
+    # A fixed 2.7 mm of wire (the 64 MiB macro's) overstated small scratchpads' reads.
+    big, small = sram_pj_per_bit(EnergyConfig(), 64 << 20), sram_pj_per_bit(EnergyConfig(), 16 << 20)
+    assert big[0] == pytest.approx(0.2636, abs=1e-4) and small[0] == pytest.approx(0.2099, abs=1e-4)
+    assert big[1] == pytest.approx(1.4 * big[0])
+    assert sram_pj_per_bit(EnergyConfig(sram_read_pj_per_bit=0.3), 1 << 20) == pytest.approx((0.3, 0.42))
+    assert sram_pj_per_bit(EnergyConfig(sram_write_pj_per_bit=0.5), 64 << 20)[1] == 0.5
