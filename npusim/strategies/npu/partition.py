@@ -155,8 +155,9 @@ def splits(total: int, parts: int) -> list[int]:
 
 
 #: Tile extents are rounded down to a multiple of this many rows/columns (when at least
-#: that large) so that tiling adds no partial systolic-array folds; 128 is the array
-#: width of the presets and a multiple of the smaller arrays' widths.
+#: that large) so that tiling adds no partial systolic-array folds: 128 is a multiple of
+#: every preset's array width (32, 64, 128).  Assumption: a configured array wider than
+#: 128 may get a partial fold per tile from this rounding.
 TILE_ALIGN = 128
 
 
