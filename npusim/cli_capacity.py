@@ -28,7 +28,10 @@ def capacity(
                                     help="Stop when the meeting and missing rates are this "
                                     "close (relative)."),
     max_probes: int = typer.Option(DEFAULTS["max_probes"], "--max-probes", metavar="N",
-                                   help="At most this many simulations."),
+                                   help="At most this many probes."),
+    seeds: int = typer.Option(DEFAULTS["seeds"], "--seeds", metavar="N",
+                              help="Replays per probe of a generated trace, each with the "
+                              "next seed, pooled (steadier on short traces)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Where capacity.json and capacity.csv go "
                                       "(default out/capacity/<name>)."),
@@ -44,8 +47,8 @@ def capacity(
 
     def action() -> None:
         options = {"target_attainment": "--attainment", "tolerance": "--tolerance",
-                   "max_probes": "--max-probes"}
-        problems = argument_problems(attainment, tolerance, max_probes)
+                   "max_probes": "--max-probes", "seeds": "--seeds"}
+        problems = argument_problems(attainment, tolerance, max_probes, seeds)
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")
@@ -61,7 +64,7 @@ def capacity(
                 show(probe)
         try:
             found = find_capacity(config, target_attainment=attainment, tolerance=tolerance,
-                                  max_probes=max_probes, progress=progress,
+                                  max_probes=max_probes, seeds=seeds, progress=progress,
                                   source=str(scenario))
         except KeyboardInterrupt:  # keep the probes that finished
             _write_partial(done, out_dir)

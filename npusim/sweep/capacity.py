@@ -33,11 +33,13 @@ __all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "DEFAULTS", "prob
 #: find_capacity's defaults, shared by ``npusim capacity`` and a sweep spec's
 #: ``capacity:``: 90% of requests within the SLO (DistServe's attainment target), a
 #: bracket 5% wide, and at most 16 simulations (doubling from 1x covers 2^15).
-DEFAULTS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16}
+DEFAULTS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16, "seeds": 1}
 #: Bounds of the search arguments: a bracket narrower than 0.1% is below the run-to-run
 #: sensitivity of a saturated replay (docs/serving.md); more than 100 probes is a typo.
 TOLERANCE_RANGE = (0.001, 1.0)
 MAX_PROBES_RANGE = (2, 100)
+#: Replays per probe (each a generated trace drawn with another seed).
+SEEDS_RANGE = (1, 64)
 #: Two probes a factor of two apart whose latencies differ by less than this share are
 #: taken as unaffected by the load (the search stops there).
 UNCHANGED_SHARE = 0.01
@@ -90,6 +92,7 @@ class CapacityResult:
     target_attainment: float
     tolerance: float
     slo: dict[str, float]
+    seeds: int
     status: Status
     probes: tuple[CapacityProbe, ...]
     best: CapacityProbe | None
@@ -162,8 +165,8 @@ def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
             and abs(lower.tbt_ms_mean - higher.tbt_ms_mean) <= UNCHANGED_SHARE * higher.tbt_ms_mean)
 
 
-def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any
-                      ) -> list[tuple[str, str]]:
+def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any,
+                      seeds: Any = 1) -> list[tuple[str, str]]:
     """``(argument, message)`` for each search argument out of range (none: all fine)."""
     problems = []
     if isinstance(target_attainment, bool) or not isinstance(target_attainment, (int, float)) \
@@ -180,12 +183,17 @@ def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any
             or not low <= max_probes <= high:
         problems.append(("max_probes", f"got {max_probes!r}; expected an integer from {low} "
                                        f"to {high}"))
+    low, high = SEEDS_RANGE
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not low <= seeds <= high:
+        problems.append(("seeds", f"got {seeds!r}; expected an integer from {low} to {high} "
+                                  "(replays per probe)"))
     return problems
 
 
 def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainment"],
                   tolerance: float = DEFAULTS["tolerance"],
-                  max_probes: int = DEFAULTS["max_probes"], mode: str | None = None,
+                  max_probes: int = DEFAULTS["max_probes"], seeds: int = DEFAULTS["seeds"],
+                  mode: str | None = None,
                   overrides: Iterable[str] = (),
                   progress: Callable[[CapacityProbe], None] | None = None,
                   source: str | None = None) -> CapacityResult:
@@ -195,14 +203,18 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
 
     The search starts at the trace's own ``rate_scale``, doubles or halves it until the
     target is bracketed, then bisects until the meeting and missing scales differ by at
-    most ``tolerance`` (relative), spending at most ``max_probes`` simulations.
-    ``progress(probe)`` is called after each; ``source`` names the scenario in error
-    messages (default: its path, else its name).  Deterministic: the same scenario gives
-    the same probes.
+    most ``tolerance`` (relative), spending at most ``max_probes`` probes.  With
+    ``seeds`` > 1 each probe replays a generated trace that many times, drawn with
+    consecutive seeds (``workload.trace.seed``, else ``run.seed``, and the next ones),
+    and pools them: attainment is the share of all their requests, TTFT p90 and mean
+    TBT are over all their requests, rates are means; one replay of a short trace can
+    be a few percent off another's.  ``progress(probe)`` is called after each;
+    ``source`` names the scenario in error messages (default: its path, else its name).
+    Deterministic: the same scenario gives the same probes.
     """
     from npusim.api import _as_scenario, simulate
 
-    problems = argument_problems(target_attainment, tolerance, max_probes)
+    problems = argument_problems(target_attainment, tolerance, max_probes, seeds)
     if problems:
         raise ConfigError("find_capacity", problems)
     scenario = _as_scenario(config, list(overrides))
@@ -212,12 +224,27 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     if getattr(workload, "kind", None) != "serving":
         raise ConfigError(source, [("workload.kind", f"got {getattr(workload, 'kind', None)!r}; "
                                     "a capacity search needs a serving workload (kind: serving)")])
+    if seeds > 1 and workload.trace.file is not None:
+        raise ConfigError(source, [("workload.trace.file", f"seeds = {seeds} replays a generated "
+                                    "trace with other seeds, and a trace file replays the same "
+                                    "requests every time; expected a generator (arrival, "
+                                    "prompt, output, num_requests) or seeds = 1")])
+    if workload.trace.seed is not None:
+        seed_path, first_seed = "workload.trace.seed", workload.trace.seed
+    else:
+        seed_path, first_seed = "run.seed", scenario.run.seed
     probes: list[CapacityProbe] = []
 
     def probe(scale: float) -> CapacityProbe:
         try:
-            metrics = simulate(scenario, mode=mode,
-                               overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
+            if seeds == 1:
+                metrics = simulate(scenario, mode=mode,
+                                   overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
+            else:
+                metrics = _pooled([simulate(scenario, mode=mode,
+                                            overrides=[f"workload.trace.rate_scale={scale!r}",
+                                                       f"{seed_path}={first_seed + i}"])
+                                   for i in range(seeds)])
         except (MappingError, TraceError) as exc:  # the scenario object knows no file name
             raise with_source(exc, source) from None
         if metrics["requests_total"] < 2 or not metrics["offered_requests_per_s"]:
@@ -288,8 +315,33 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     slo = {"ttft_ms": workload.slo.ttft_ms, "tbt_ms": workload.slo.tbt_ms}
     return CapacityResult(scenario=scenario.name, mode=mode or scenario.run.mode,
                           target_attainment=target_attainment, tolerance=tolerance, slo=slo,
+                          seeds=seeds,
                           status=status, probes=tuple(probes), best=meet, first_miss=miss,
                           note=note, config=scenario.model_dump(mode="json"))
+
+
+def _pooled(results: list) -> dict[str, Any]:
+    """The metrics a probe reads, over several replays' requests together: shares of
+    all requests, TTFT p90 over every finished request, mean TBT over every gap
+    (``tbt_ms_mean``'s definition), offered rate and goodput averaged."""
+    import numpy as np
+    import pandas as pd
+
+    tables = pd.concat([r.requests for r in results], ignore_index=True)
+    metrics = [r.metrics for r in results]
+    total = sum(m["requests_total"] for m in metrics)
+    out = {"requests_total": total,
+           "requests_rejected": sum(m["requests_rejected"] for m in metrics),
+           "offered_requests_per_s": float(np.mean([m["offered_requests_per_s"] for m in metrics])),
+           "goodput_requests_per_s": float(np.mean([m["goodput_requests_per_s"] for m in metrics]))}
+    for key in ("slo_attainment", "slo_attainment_ttft", "slo_attainment_tbt"):
+        out[key] = sum(m[key] * m["requests_total"] for m in metrics) / total
+    done = tables[tables["status"] == "finished"]
+    out["ttft_ms_p90"] = float(np.percentile(done["ttft_ps"], 90)) * 1e-9 if len(done) else 0.0
+    gaps = (done["generated"] - 1).clip(lower=0)
+    out["tbt_ms_mean"] = (float((done["mean_tbt_ps"].fillna(0) * gaps).sum() / gaps.sum()) * 1e-9
+                          if gaps.sum() else 0.0)
+    return out
 
 
 def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: float,

@@ -104,7 +104,8 @@ def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[s
     from npusim.sweep.capacity import CapacityProbe, find_capacity
 
     found = find_capacity(config, target_attainment=settings["attainment"],
-                          tolerance=settings["tolerance"], max_probes=settings["max_probes"])
+                          tolerance=settings["tolerance"], max_probes=settings["max_probes"],
+                          seeds=settings.get("seeds", 1))
     row = {"capacity.status": found.status, "capacity.requests_per_s": found.max_requests_per_s,
            "capacity.probes": len(found.probes), "capacity.note": found.note,
            **{f"capacity.{name}": value for name, value in settings.items()}}

@@ -330,7 +330,7 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
         value = {}
     if not isinstance(value, Mapping):
         bad("capacity", f"expected a mapping such as {{attainment: 0.9, tolerance: 0.05, "
-                        f"max_probes: 16}} (or true for those), got {value!r}")
+                        f"max_probes: 16, seeds: 1}} (or true for those), got {value!r}")
         return None
     for key in value:
         if key not in _CAPACITY_KEYS:
@@ -339,9 +339,9 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
             bad(f"capacity.{key}", f"unknown key{hint} (known keys: {', '.join(_CAPACITY_KEYS)})")
     settings = {key: value.get(key, default) for key, default in _CAPACITY_KEYS.items()}
     names = {"target_attainment": "attainment", "tolerance": "tolerance",
-             "max_probes": "max_probes"}
+             "max_probes": "max_probes", "seeds": "seeds"}
     for name, message in argument_problems(settings["attainment"], settings["tolerance"],
-                                           settings["max_probes"]):
+                                           settings["max_probes"], settings["seeds"]):
         bad(f"capacity.{names[name]}", message)
     return settings
 

@@ -128,6 +128,7 @@ def test_only_a_bracketed_search_reports_a_capacity(monkeypatch):
     ({"tolerance": 0.0}, "tolerance: got 0.0"),
     ({"max_probes": 1}, "max_probes: got 1; expected an integer from 2 to 100"),
     ({"max_probes": 2.5}, "max_probes: got 2.5"),
+    ({"seeds": 0}, "seeds: got 0; expected an integer from 1 to 64"),
 ])
 def test_bad_search_arguments_are_named(kwargs, fragment):
     with pytest.raises(ConfigError) as info:
@@ -259,6 +260,7 @@ def _capacity_spec(capacity, base=DISAGG):
     ({"attainment": 2}, "capacity.attainment", "got 2; expected a share in (0, 1]"),
     ({"max_probes": 1.5}, "capacity.max_probes", "got 1.5; expected an integer"),
     ({"attainments": 0.9}, "capacity.attainments", "unknown key; did you mean 'attainment'?"),
+    ({"seeds": 100}, "capacity.seeds", "got 100; expected an integer from 1 to 64"),
     ("yes", "capacity", "expected a mapping such as"),
 ])
 def test_a_sweep_spec_capacity_section_is_checked(capacity, where, fragment):
@@ -273,7 +275,8 @@ def test_a_capacity_sweep_needs_a_serving_base_and_is_its_own_result():
     with pytest.raises(ConfigError, match="capacity: the base scenario's workload is 'gemm'"):
         _capacity_spec(True, base=QUICKSTART)
     searched = _capacity_spec(True)
-    assert searched.capacity == {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16}
+    assert searched.capacity == {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16,
+                                 "seeds": 1}
     plain = _capacity_spec(None)
     assert plain.capacity is None
     # the same configs, but a search is not a run: resuming one never reuses the other
@@ -323,3 +326,38 @@ def test_the_capacity_command_takes_a_trace_like_run(tmp_path, capsys, monkeypat
     with pytest.raises(SystemExit) as info:
         main(["capacity", str(DISAGG), "--trace", str(tmp_path / "missing.csv"), "--out", str(out)])
     assert info.value.code == 2 and "missing.csv" in capsys.readouterr().err
+
+
+GENERATED = ["workload.model=qwen3_1_7b", "run.mode=analytic",
+             "workload.trace={arrival: {kind: poisson, rate_per_s: 20}, prompt: {kind: uniform, "
+             "low: 50, high: 400}, output: 8, num_requests: 12}", "workload.slo.ttft_ms=60"]
+
+
+@pytest.mark.component
+def test_seeds_pool_replays_of_a_generated_trace_drawn_with_the_next_seeds():
+    found = find_capacity(DISAGG, overrides=GENERATED, seeds=3, max_probes=2)
+    first = found.probes[0]
+    assert found.seeds == 3 and first.requests == 36 and found.to_dict()["seeds"] == 3
+    runs = [npusim.api.simulate(DISAGG, overrides=[*GENERATED, f"run.seed={seed}"])
+            for seed in (0, 1, 2)]
+    assert len({r.metrics["ttft_ms_p90"] for r in runs}) == 3   # three different draws
+    assert first.slo_attainment == pytest.approx(
+        sum(r.metrics["slo_attainment"] for r in runs) / 3)
+    assert first.offered_requests_per_s == pytest.approx(
+        sum(r.metrics["offered_requests_per_s"] for r in runs) / 3)
+    import numpy as np
+    ttft = np.concatenate([r.requests["ttft_ps"].to_numpy() for r in runs])
+    assert first.ttft_ms_p90 == pytest.approx(np.percentile(ttft, 90) * 1e-9)
+    # a trace seed of its own is what the replays step
+    pinned = find_capacity(DISAGG, overrides=[*GENERATED, "workload.trace.seed=7"], seeds=2,
+                           max_probes=2)
+    seven = npusim.api.simulate(DISAGG, overrides=[*GENERATED, "workload.trace.seed=7"])
+    eight = npusim.api.simulate(DISAGG, overrides=[*GENERATED, "workload.trace.seed=8"])
+    assert pinned.probes[0].slo_attainment == pytest.approx(
+        (seven.metrics["slo_attainment"] + eight.metrics["slo_attainment"]) / 2)
+
+
+@pytest.mark.unit
+def test_seeds_need_a_generated_trace():
+    with pytest.raises(ConfigError, match="a trace file replays the same requests every time"):
+        find_capacity(DISAGG, seeds=2)
