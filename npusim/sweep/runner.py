@@ -276,7 +276,15 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     started = time.perf_counter()
     store = ResultStore(out_dir)
     store.check_output()  # a file in the way of OUT fails now, not after resolving points
-    points = spec.points()
+    points = spec.points()  # a spec error here leaves OUT untouched
+    with store.lock():  # one sweep at a time writes a directory
+        return _run_locked(spec, points, store, out_dir, executor, workers, scheduler,
+                           retry_failed, progress, on_row, started)
+
+
+def _run_locked(spec: SweepSpec, points: list[Point], store: ResultStore, out_dir,
+                executor: str, workers, scheduler, retry_failed: bool, progress: bool,
+                on_row, started: float) -> SweepSummary:
     # Read what is stored before writing anything: a damaged file stops the sweep here
     # (StoreError naming it) with the directory exactly as it was.
     store.compact()  # fold in parts left by an earlier (possibly killed) run

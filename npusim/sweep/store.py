@@ -10,7 +10,11 @@ Layout of ``DIR``:
   the parts it absorbed are deleted only after it is in place, and readers drop duplicate
   keys, so a crash during compaction loses nothing either;
 * ``manifest.json`` – the spec's points (key, index, parameters) of the latest run, used
-  to order columns and to hide rows of points a changed spec no longer has.
+  to order columns and to hide rows of points a changed spec no longer has;
+* ``.sweep.lock`` – present while a sweep writes here (its process id and host): a second
+  sweep into the same directory is refused instead of interleaving its manifest and
+  compaction with the first's; a lock whose process is gone (a killed sweep) is taken
+  over.
 
 Damaged files are reported, never deleted: a file that is not readable Parquet, or a
 manifest that is not the JSON this module writes, raises :class:`StoreError` naming it
@@ -29,8 +33,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from npusim.core.errors import NpusimError, OutputError
 from npusim.core.output_paths import atomic_output, check_output_dir
@@ -45,6 +51,7 @@ TAIL_COLUMNS = ("error", "wall_time_s", "config_hash", "key", "npusim_version", 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 RESULTS_FILE = "results.parquet"
 MANIFEST_FILE = "manifest.json"
+LOCK_FILE = ".sweep.lock"
 
 
 class StoreError(NpusimError):
@@ -215,6 +222,44 @@ class ResultStore:
             raise OutputError(f"{self.root}: cannot create the sweep directory "
                               f"({exc.strerror or exc}: {exc.filename or self.parts})") from None
 
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the directory for one sweep: :class:`StoreError` if another sweep (a live
+        process) holds it; a lock left by a process that is gone is taken over."""
+        self._make_dirs()
+        path = self.root / LOCK_FILE
+        me = {"pid": os.getpid(), "host": socket.gethostname()}
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = _lock_holder(path)
+                if holder is not None and _alive(holder, me["host"]):
+                    raise StoreError(
+                        f"{self.root}: another sweep (process {holder.get('pid')} on "
+                        f"{holder.get('host')}) is writing here; wait for it to finish or "
+                        f"choose another --out (if no sweep runs, remove {path})") from None
+                try:
+                    path.unlink()  # left by a sweep that was killed
+                except FileNotFoundError:
+                    pass
+                continue
+            except OSError as exc:
+                raise OutputError(f"{self.root}: cannot create {path} ({exc.strerror or exc})") from None
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(me) + "\n")
+            break
+        else:
+            raise StoreError(f"{self.root}: could not take {path}; another sweep is starting "
+                             "here at the same moment")
+        try:
+            yield
+        finally:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
     # ---------------------------------------------------------------- writing
     def write_manifest(self, name: str, params: list[str], points: Iterable[Any]) -> None:
         """Record the spec's points (key → index, parameters) for readers."""
@@ -344,6 +389,30 @@ class ResultStore:
         rest = sorted(c for c in frame.columns if c not in fixed and c not in metrics)
         return ([c for c in META_COLUMNS if c in frame] + params + rest + metrics
                 + [c for c in TAIL_COLUMNS if c in frame])
+
+
+def _lock_holder(path: Path) -> dict[str, Any] | None:
+    """The process and host a lock file names (None if unreadable: a half-written lock
+    of a sweep that died at once, taken as stale)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
+
+
+def _alive(holder: Mapping[str, Any], host: str) -> bool:
+    """Whether the lock's process still runs (a lock from another host is taken as
+    live: its process cannot be checked from here)."""
+    if holder.get("host") != host:
+        return True
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def load_results(root: str | Path) -> "pd.DataFrame":

@@ -158,3 +158,29 @@ def test_swept_quantities_written_with_units_read_back_in_base_units(column, val
     frame = _in_base_units(pd.DataFrame({column: values}), [column])
     got = [None if pd.isna(v) else v for v in frame[column]]
     assert got == expected
+
+
+@pytest.mark.unit
+def test_a_second_sweep_into_the_same_directory_is_refused_while_the_first_runs(tmp_path):
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from npusim.sweep.store import ResultStore, StoreError
+
+    store = ResultStore(tmp_path / "sweep")
+    with store.lock():
+        assert (tmp_path / "sweep" / ".sweep.lock").is_file()
+        with pytest.raises(StoreError, match="another sweep .* is writing here"):
+            with ResultStore(tmp_path / "sweep").lock():
+                pass
+    assert not (tmp_path / "sweep" / ".sweep.lock").exists()   # released
+    # a lock left by a process that is gone (a killed sweep) is taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    (tmp_path / "sweep" / ".sweep.lock").write_text(
+        json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
+    with store.lock():
+        assert json.loads((tmp_path / "sweep" / ".sweep.lock").read_text())["pid"] == os.getpid()
