@@ -96,7 +96,10 @@ def _natural(name: str) -> tuple:
 
 
 def _milliseconds(values: list[float]) -> str:
-    """``a / b / c ms``, or seconds when the largest is 10 s or more."""
+    """``a / b / c ms``, or seconds when the largest is 10 s or more; ``n/a`` when there
+    is none (no request finished, or none produced a second token)."""
+    if any(v is None for v in values):
+        return "n/a"
     if max(values) >= 10_000:
         return " / ".join(f"{v / 1e3:.2f}" for v in values) + " s"
     return " / ".join(f"{v:.1f}" for v in values) + " ms"
@@ -125,7 +128,7 @@ def _simulate_with_progress(simulate, config, quiet: bool):
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO",
                                     help="Scenario YAML (hardware + workload + run)."),
-    hw: Optional[Path] = hw_option(),
+    hw: Optional[str] = hw_option(),
     set_: List[str] = set_option(),
     mode: Optional[str] = mode_option(),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
@@ -159,7 +162,8 @@ def run(
             if value is not None:
                 overrides.append(f"workload.{field}={json.dumps(value)}")
         try:
-            config = load_scenario(scenario, overrides, hw)
+            config = load_scenario(scenario, overrides,
+                                   option_path(hw, "--hw", "a hardware YAML file"))
         except ConfigError as exc:
             # A shorthand the scenario's workload kind has no field for: name the option
             # rather than suggest a look-alike key of that workload.
@@ -187,6 +191,13 @@ def run(
         if not quiet:
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")
+        metrics = result.metrics
+        if metrics.get("requests_total") and not metrics.get("requests_finished"):
+            # said even with --quiet: every latency of this run is undefined (null)
+            typer.secho(f"  no request finished ({metrics['requests_rejected']} rejected): "
+                        f"latencies are null; {out_dir}/requests.csv gives each one's reason",
+                        fg=typer.colors.YELLOW, err=True)
+        if not quiet:
             if not result.config.get("run", {}).get("trace", True):
                 typer.echo("  (run.trace is false: ops.csv and trace.json hold no per-task "
                            "rows; --set run.trace=true records them)")
@@ -198,14 +209,18 @@ def run(
 def list_parts() -> None:
     """Show registered parts, presets, benches and scenarios."""
     from rich.console import Console
+
+    _guard(lambda: _list_everything(Console()))
+
+
+def _list_everything(console) -> None:
     from rich.table import Table
 
     from npusim.config.presets import REPO_ROOT, list_presets, workloads_root
-    from npusim.workload.model_config import list_models
     from npusim.core import registry
     from npusim.validation.bench_registry import bench_names
+    from npusim.workload.model_config import list_models
 
-    console = Console()
     table = Table(title="registered parts (kind: name)")
     table.add_column("category")
     table.add_column("kind")

@@ -18,7 +18,7 @@ def capacity(
     scenario: Path = typer.Argument(..., metavar="SCENARIO",
                                     help="Serving scenario YAML (its trace is replayed faster "
                                     "or slower)."),
-    hw: Optional[Path] = hw_option(),
+    hw: Optional[str] = hw_option(),
     set_: List[str] = set_option(),
     mode: Optional[str] = mode_option(),
     trace: Optional[str] = trace_option(),
@@ -53,7 +53,7 @@ def capacity(
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")
         overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode else [])
-        config = load_scenario(scenario, overrides, hw)
+        config = load_scenario(scenario, overrides, option_path(hw, "--hw", "a hardware YAML file"))
         out_dir = check_output_dir(out_path or Path("out") / "capacity" / config.name)
         done: list = []
         show = _printer(quiet)

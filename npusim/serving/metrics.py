@@ -14,9 +14,11 @@ from npusim.serving.state import RequestState
 PERCENTILES = (50, 90, 95, 99)
 
 
-def _summary(values: list[float], prefix: str) -> dict[str, float]:
+def _summary(values: list[float], prefix: str) -> dict[str, float | None]:
+    # No finished request has no latency: None (null in metrics.json), not a 0 that a
+    # sweep or a Pareto plot would take for the best configuration.
     if not values:
-        return {f"{prefix}_{p}": 0.0 for p in ("mean", *[f"p{q}" for q in PERCENTILES])}
+        return {f"{prefix}_{p}": None for p in ("mean", *[f"p{q}" for q in PERCENTILES])}
     array = np.asarray(values, dtype=float)
     out = {f"{prefix}_mean": float(array.mean())}
     for q in PERCENTILES:
@@ -50,9 +52,9 @@ def _class_summary(states: list[RequestState], slo) -> dict[str, float]:
     gaps = [float(g) * MS_PER_PS for s in done for g in np.diff(s.token_times_ps)]
     good = sum(1 for first, between in zip(*_slo_flags(done, slo)) if first and between)
     return {"requests": len(states), "finished": len(done),
-            "ttft_ms_mean": float(np.mean(ttft)) if ttft else 0.0,
-            "ttft_ms_p90": float(np.percentile(ttft, 90)) if ttft else 0.0,
-            "tbt_ms_mean": float(np.mean(gaps)) if gaps else 0.0,  # over gaps, as overall
+            "ttft_ms_mean": float(np.mean(ttft)) if ttft else None,
+            "ttft_ms_p90": float(np.percentile(ttft, 90)) if ttft else None,
+            "tbt_ms_mean": float(np.mean(gaps)) if gaps else None,  # over gaps, as overall
             "slo_attainment": good / len(states)}
 
 

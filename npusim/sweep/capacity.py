@@ -260,7 +260,11 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
             slo_attainment_ttft=metrics["slo_attainment_ttft"],
             slo_attainment_tbt=metrics["slo_attainment_tbt"],
             goodput_requests_per_s=metrics["goodput_requests_per_s"],
-            ttft_ms_p90=metrics["ttft_ms_p90"], tbt_ms_mean=metrics["tbt_ms_mean"],
+            # None when no request finished (NaN: no latency), or none had a second
+            # token (no gap to wait for: 0)
+            ttft_ms_p90=_or(metrics["ttft_ms_p90"], math.nan),
+            tbt_ms_mean=_or(metrics["tbt_ms_mean"], math.nan
+                            if metrics["requests_rejected"] == metrics["requests_total"] else 0.0),
             requests_rejected=metrics["requests_rejected"],
             meets_target=metrics["slo_attainment"] >= target_attainment)
         probes.append(result)
@@ -320,6 +324,10 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                           note=note, config=scenario.model_dump(mode="json"))
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 def _pooled(results: list) -> dict[str, Any]:
     """The metrics a probe reads, over several replays' requests together: shares of
     all requests, TTFT p90 over every finished request, mean TBT over every gap
@@ -337,10 +345,10 @@ def _pooled(results: list) -> dict[str, Any]:
     for key in ("slo_attainment", "slo_attainment_ttft", "slo_attainment_tbt"):
         out[key] = sum(m[key] * m["requests_total"] for m in metrics) / total
     done = tables[tables["status"] == "finished"]
-    out["ttft_ms_p90"] = float(np.percentile(done["ttft_ps"], 90)) * 1e-9 if len(done) else 0.0
+    out["ttft_ms_p90"] = float(np.percentile(done["ttft_ps"], 90)) * 1e-9 if len(done) else None
     gaps = (done["generated"] - 1).clip(lower=0)
     out["tbt_ms_mean"] = (float((done["mean_tbt_ps"].fillna(0) * gaps).sum() / gaps.sum()) * 1e-9
-                          if gaps.sum() else 0.0)
+                          if gaps.sum() else None)
     return out
 
 

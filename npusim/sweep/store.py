@@ -209,7 +209,7 @@ class ResultStore:
                               "directory")
         if self.parts.is_dir() and not os.access(self.parts, os.W_OK | os.X_OK):
             raise OutputError(f"{where}: {self.parts} is not writable")
-        for name in (RESULTS_FILE, MANIFEST_FILE):
+        for name in (RESULTS_FILE, MANIFEST_FILE, LOCK_FILE):
             if (self.root / name).is_dir():
                 raise OutputError(f"{where}: {self.root / name} is a directory, but the store "
                                   "writes a file there; move it away or choose another "
@@ -243,6 +243,9 @@ class ResultStore:
                     path.unlink()  # left by a sweep that was killed
                 except FileNotFoundError:
                     pass
+                except OSError as exc:  # a directory in the way, no permission
+                    raise OutputError(f"{self.root}: cannot remove the stale lock {path} "
+                                      f"({exc.strerror or exc}); move it away") from None
                 continue
             except OSError as exc:
                 raise OutputError(f"{self.root}: cannot create {path} ({exc.strerror or exc})") from None

@@ -34,6 +34,9 @@ def _named_part(category: str, value: Any) -> Any:
     if not isinstance(data, dict) or "kind" not in data:
         raise ValueError(f"expected a {category} name or a mapping with 'kind', got {value!r}")
     known = registry.entries(category)
+    if not isinstance(data["kind"], str):  # a list or mapping cannot name a part
+        raise ValueError(f"kind: got {data['kind']!r}; expected a {category} name "
+                         f"({', '.join(known)})")
     if data["kind"] not in known:
         raise ValueError(f"unknown {category} {data['kind']!r}; known: {', '.join(known)}")
     return known[data["kind"]].config.model_validate(data)
@@ -54,7 +57,7 @@ class RoutingSpec(PartConfig):
     ratio: float | None = Field(None, ge=1, description="imbalanced: hot-expert load / mean "
                                                         "load (1..experts/top_k).")
     exponent: float | None = Field(None, ge=0, description="zipf: popularity exponent.")
-    seed: int = Field(0, description="Generator seed (same seed, same trace).")
+    seed: int = Field(0, ge=0, description="Generator seed (same seed, same trace).")
 
     @model_validator(mode="after")
     def _check(self) -> "RoutingSpec":
@@ -65,6 +68,17 @@ class RoutingSpec(PartConfig):
             raise ValueError("routing.kind=imbalanced needs routing.ratio (e.g. 2.0)")
         if self.kind == "zipf" and self.exponent is None:
             raise ValueError("routing.kind=zipf needs routing.exponent (e.g. 1.0)")
+        # A field the chosen source does not read would be ignored silently: say so.
+        used = {None: ("file",), "balanced": ("seed",), "imbalanced": ("ratio", "seed"),
+                "zipf": ("exponent", "seed")}[self.kind]
+        unused = [f"routing.{name}={getattr(self, name)!r}" for name in ("ratio", "exponent", "seed")
+                  if name not in used and getattr(self, name) != type(self).model_fields[name].default]
+        if unused:
+            what = f"kind: {self.kind}" if self.kind else "a routing file"
+            raise ValueError(f"{', '.join(unused)}: {what} does not use "
+                             f"{'it' if len(unused) == 1 else 'them'} (ratio is for kind: "
+                             "imbalanced, exponent for kind: zipf, seed for generators); "
+                             "remove it")
         return self
 
 

@@ -39,12 +39,13 @@ def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms
         span_s = (requests - 1) / offered
         ttft = lone_ttft_ms + 1e3 * max(0.0, requests / capacity_per_s - span_s)
         share = 1.0 if offered <= capacity_per_s and lone_ttft_ms <= ttft_slo_ms else 0.5
-        if rejected == requests:  # nothing finished: latency summaries are 0
-            share, ttft = 0.0, 0.0
+        tbt = 20.0
+        if rejected == requests:  # nothing finished: no latency (null)
+            share, ttft, tbt = 0.0, None, None
         return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
                         "slo_attainment_ttft": share, "slo_attainment_tbt": 1.0 if share else 0.0,
                         "goodput_requests_per_s": min(offered, capacity_per_s) * share,
-                        "ttft_ms_p90": ttft, "tbt_ms_mean": 20.0 if ttft else 0.0,
+                        "ttft_ms_p90": ttft, "tbt_ms_mean": tbt,
                         "requests_rejected": rejected, "requests_total": requests})
     return simulate
 

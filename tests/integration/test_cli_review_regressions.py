@@ -1,0 +1,75 @@
+"""Bad input a fuzzing review found ending in a traceback, a silent default or a
+misleading result; each now gets one clear message (or an honest null)."""
+
+import json
+
+import pytest
+
+from npusim.cli import main
+from npusim.config.presets import REPO_ROOT
+
+pytestmark = pytest.mark.component
+SCENARIOS = REPO_ROOT / "workloads" / "scenarios"
+QUICKSTART = SCENARIOS / "quickstart.yaml"
+FUSION = SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml"
+MOE = SCENARIOS / "qwen3_30b_a3b_npu64.yaml"
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return info.value.code or 0, captured.out, captured.err
+
+
+@pytest.mark.parametrize("scenario, override, message", [
+    # a list or mapping as a part's kind raised TypeError: unhashable type
+    (FUSION, "workload.scheduler.kind=[]",
+     "workload.scheduler.kind: got []; expected a scheduler name (chunked_prefill, continuous, static)"),
+    (FUSION, "workload.placement={kind: {a: 1}}", "expected a placement name"),
+    # routing fields the chosen kind does not read were ignored
+    (MOE, "workload.routing={kind: balanced, ratio: 16}",
+     "routing.ratio=16.0: kind: balanced does not use it"),
+    (MOE, "workload.routing={kind: zipf, exponent: 1.0, ratio: 2}", "routing.ratio=2.0"),
+    (MOE, "workload.routing={kind: balanced, seed: -1}",
+     "workload.routing.seed: Input should be greater than or equal to 0 (got -1)"),
+])
+def test_malformed_parts_are_named_not_a_traceback(scenario, override, message, tmp_path, capsys):
+    code, _, err = run_cli(["run", scenario, "--mode", "analytic", "--out", tmp_path,
+                            "--set", override], capsys)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_an_empty_mode_or_hw_is_an_error_not_the_default(tmp_path, capsys):
+    code, _, err = run_cli(["run", QUICKSTART, "--mode", "", "--out", tmp_path], capsys)
+    assert code == 2 and "got ''; expected tlm or analytic" in err
+    code, _, err = run_cli(["run", QUICKSTART, "--hw", "", "--out", tmp_path], capsys)
+    assert code == 2 and "--hw: got an empty path ''" in err   # it read the current directory
+
+
+def test_list_with_a_bad_preset_root_says_so(monkeypatch, capsys):
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", "/nonexistent")
+    code, _, err = run_cli(["list"], capsys)
+    assert code == 2 and "$NPUSIM_HWCONFIGS='/nonexistent' is not a directory" in err
+
+
+def test_a_directory_where_the_sweep_lock_goes_is_named(tmp_path, capsys):
+    (tmp_path / "out" / ".sweep.lock").mkdir(parents=True)
+    code, _, err = run_cli(["sweep", REPO_ROOT / "workloads/sweeps/npu_design_space.yaml",
+                            "--out", tmp_path / "out", "-q"], capsys)
+    assert code == 2 and ".sweep.lock is a directory" in err and "Traceback" not in err
+
+
+def test_a_serving_run_where_nothing_finishes_reports_no_latency(tmp_path, capsys):
+    # Two prompts past the model's context window: both rejected.  The latencies were 0,
+    # which a sweep or Pareto plot took for the best configuration.
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\na,0,100000,4\nb,9,100000,4\n")
+    code, out, err = run_cli(["run", FUSION, "--mode", "analytic", "--trace", trace,
+                              "--out", tmp_path / "out"], capsys)
+    assert code == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["requests_finished"] == 0
+    assert metrics["ttft_ms_p50"] is None and metrics["e2e_ms_mean"] is None
+    assert "no request finished (2 rejected): latencies are null" in err
+    assert "TTFT p50 / p90 / p99" in out and "n/a" in out
