@@ -73,3 +73,21 @@ def test_a_serving_run_where_nothing_finishes_reports_no_latency(tmp_path, capsy
     assert metrics["ttft_ms_p50"] is None and metrics["e2e_ms_mean"] is None
     assert "no request finished (2 rejected): latencies are null" in err
     assert "TTFT p50 / p90 / p99" in out and "n/a" in out
+
+
+@pytest.mark.parametrize("override, message", [
+    # blamed on the activation buffers ('use a smaller batch')
+    ("workload.weight_tile_bytes=1GiB",
+     "workload.weight_tile_bytes = 1 GiB: 2 tiles are buffered in each core's SRAM of 64 MiB; "
+     "expected at most 32 MiB"),
+    # accepted, and timed as a transfer into memory that does not exist
+    ("workload.stream_chunk_bytes=1GiB",
+     "workload.stream_chunk_bytes = 1 GiB: a burst group larger than a core's SRAM (64 MiB)"),
+    # named neither the field nor the sizes that work
+    ("workload.tp=3", "tp = 3: groups of 3 cores cannot tile the 8x8 mesh in equal blocks; "
+                      "expected one of 1, 2, 4, 8, 16, 32, 64"),
+])
+def test_llm_sizes_that_cannot_work_name_their_field(override, message, tmp_path, capsys):
+    code, _, err = run_cli(["run", SCENARIOS / "qwen3_4b_npu64.yaml", "--mode", "analytic",
+                            "--out", tmp_path, "--set", override], capsys)
+    assert code == 2 and message in err

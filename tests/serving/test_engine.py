@@ -259,7 +259,7 @@ def test_a_tp_the_placement_cannot_tile_names_the_setting():
     from npusim.core.errors import MappingError
 
     with pytest.raises(MappingError, match=r"workload.pd.tp = 3 with workload.placement: ring: "
-                                           r"tp=3 cores cannot tile"):
+                                           r"tp = 3: groups of 3 cores cannot tile"):
         serve(FUSION, "workload.pd.tp=3")
 
 

@@ -87,6 +87,26 @@ def _largest_activation_bytes(model, config) -> int:
     return tokens * width * config.dtype_bytes
 
 
+def check_stream_sizes(config, sram_bytes: int) -> None:
+    """The weight tiles (double-buffered) and a stream's burst group must fit a core's
+    SRAM: a larger value would be a transfer into memory that does not exist (it was
+    blamed on the activation buffers, or accepted and timed)."""
+    from npusim.core.errors import MappingError
+    from npusim.core.units import format_bytes
+
+    if STREAM_BUFFERS * config.weight_tile_bytes > sram_bytes:
+        raise MappingError(
+            f"workload.weight_tile_bytes = {format_bytes(config.weight_tile_bytes)}: "
+            f"{STREAM_BUFFERS} tiles are buffered in each core's SRAM of "
+            f"{format_bytes(sram_bytes)}; expected at most "
+            f"{format_bytes(sram_bytes // STREAM_BUFFERS)} (or more hw.core.sram.capacity_bytes)")
+    if config.stream_chunk_bytes > sram_bytes:
+        raise MappingError(
+            f"workload.stream_chunk_bytes = {format_bytes(config.stream_chunk_bytes)}: a burst "
+            f"group larger than a core's SRAM ({format_bytes(sram_bytes)}); expected at most "
+            "that (the default 256 KiB keeps the timing and simulates fast)")
+
+
 def plan_stages(device, model, config, layer_ranges: list[range], groups, all_cores,
                 kv_sram_tokens: int | None = None) -> list[StagePlan]:
     """One :class:`StagePlan` per stage; raises :class:`MappingError` if the model cannot fit.
@@ -98,6 +118,7 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
     hw = device.config
     tp = config.tp
     sram_bytes = hw.core.sram.capacity_bytes
+    check_stream_sizes(config, sram_bytes)
     hbm_bytes = hbm_capacity_bytes(hw.hbm) if hw.hbm is not None else 0
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     kv_per_token_layer = 2 * model.kv_size * kv_dtype      # K and V, one layer

@@ -66,6 +66,17 @@ def interleave(sequence: list[int]) -> list[int]:
 
 def block_shape(tp: int, width: int, height: int) -> tuple[int, int]:
     """The most square ``bw x bh`` block of ``tp`` cores that tiles the mesh."""
+    shape = _block_shape(tp, width, height)
+    if shape is None:
+        fitting = [n for n in range(1, width * height + 1) if _block_shape(n, width, height)]
+        raise MappingError(f"tp = {tp}: groups of {tp} cores cannot tile the {width}x{height} "
+                           f"mesh in equal blocks; expected one of {', '.join(map(str, fitting))} "
+                           "(the TP group size: workload.tp, or workload.pd.tp / prefill_tp / "
+                           "decode_tp when serving)")
+    return shape
+
+
+def _block_shape(tp: int, width: int, height: int) -> tuple[int, int] | None:
     for bh in range(isqrt(tp), 0, -1):
         if tp % bh == 0:
             bw = tp // bh
@@ -73,7 +84,7 @@ def block_shape(tp: int, width: int, height: int) -> tuple[int, int]:
                 return bw, bh
             if bh <= width and bw <= height and width % bh == 0 and height % bw == 0:
                 return bh, bw
-    raise MappingError(f"tp={tp} cores cannot tile a {width}x{height} mesh in equal blocks")
+    return None
 
 
 def hamiltonian_cycle(bw: int, bh: int) -> list[tuple[int, int]]:
