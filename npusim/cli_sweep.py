@@ -57,7 +57,8 @@ def sweep(
         summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
                             scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
-                   f"{summary.skipped} skipped by constraints, {summary.skipped_done} already "
+                   f"{summary.skipped} skipped (constraints, on_invalid: skip), "
+                   f"{summary.skipped_done} already "
                    f"done, {summary.lost} lost ({summary.wall_time_s:.1f} s)")
         for line in summary.errors[:10]:
             typer.secho(f"  {line.splitlines()[0]}", fg=typer.colors.YELLOW, err=True)

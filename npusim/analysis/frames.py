@@ -92,7 +92,15 @@ def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: 
         if column is not None and column not in frame.columns:
             known = [str(c) for c in frame.columns]
             close = difflib.get_close_matches(str(column), known, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            if close:
+                hint = f"; did you mean {', '.join(map(repr, close))}?"
+            else:  # nothing alike: show what there is
+                shown = ", ".join(known[:12]) + (f", ... ({len(known)} in all)"
+                                                 if len(known) > 12 else "")
+                hint = f"; its columns: {shown}" if known else ""
+            if str(column).startswith("metrics.") and "status" in frame.columns \
+                    and not (frame["status"] == "ok").any():
+                hint += "; no point of this sweep succeeded, so it has no metrics (see the error column)"
             raise AnalysisError(f"{_origin(frame)}no column {column!r} in the {what}{hint}")
 
 

@@ -66,6 +66,11 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
     rows = jsonl_rows(text, source) if format in ("jsonl", "mooncake") else csv_rows(text, source)
     trace = _build(rows, source, format, limit, allow_simultaneous or format == "mooncake",
                    hash_block_tokens or DEFAULT_HASH_BLOCK_TOKENS)
+    if hash_block_tokens is not None and not trace.has_block_hashes:
+        # the setting would be ignored without a word: a trace meant to carry hashes lost them
+        raise TraceError(f"{source}: hash_block_tokens = {hash_block_tokens}, but no request "
+                         "of the file has hash_ids; expected a hash_ids column (or key), or "
+                         "no hash_block_tokens")
     return trace.rescale_rate(rate_scale)  # also validates the factor (returns self for 1)
 
 

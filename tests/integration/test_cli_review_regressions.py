@@ -91,3 +91,23 @@ def test_llm_sizes_that_cannot_work_name_their_field(override, message, tmp_path
     code, _, err = run_cli(["run", SCENARIOS / "qwen3_4b_npu64.yaml", "--mode", "analytic",
                             "--out", tmp_path, "--set", override], capsys)
     assert code == 2 and message in err
+
+
+def test_a_missing_plot_column_lists_the_columns_and_says_when_every_point_failed():
+    import pandas as pd
+
+    from npusim.analysis.frames import AnalysisError, require_columns
+
+    frame = pd.DataFrame({"point": [0, 1], "status": ["failed", "failed"],
+                          "hw.hbm.channels": [1, 2], "error": ["x", "y"]})
+    with pytest.raises(AnalysisError) as info:
+        require_columns(frame, ["metrics.e2e_latency_ps"])
+    message = str(info.value)
+    assert "its columns: point, status, hw.hbm.channels, error" in message
+    assert "no point of this sweep succeeded, so it has no metrics" in message
+
+
+def test_a_trace_file_without_hashes_refuses_a_hash_block_size(tmp_path, capsys):
+    code, _, err = run_cli(["run", FUSION, "--mode", "analytic", "--out", tmp_path,
+                            "--set", "workload.trace.hash_block_tokens=16"], capsys)
+    assert code == 2 and "hash_block_tokens = 16, but no request of the file has hash_ids" in err

@@ -133,3 +133,10 @@ def test_optional_jsonl_keys_count_in_every_object_not_only_when_the_first_has_t
                     '"id": "x", "hash_ids": [7, 8]}\n')
     second = read_trace(path, hash_block_tokens=16)[1]
     assert (second.priority, second.request_id, second.block_hashes) == (3, "x", (7, 8))
+
+
+def test_a_hash_block_size_for_a_file_without_hashes_is_an_error(tmp_path):
+    path = RequestTrace([Request("a", 0, 10, 2)]).write_csv(tmp_path / "t.csv")
+    with pytest.raises(TraceError, match="hash_block_tokens = 16, but no request of the file "
+                                         "has hash_ids"):
+        read_trace(path, hash_block_tokens=16)
