@@ -361,6 +361,10 @@ def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
             if not isinstance(data, Mapping):
                 raise ConfigError(str(candidate), [("", "expected a scenario mapping")])
             return dict(data), str(candidate)
+    folders = [c for c in candidates if c.is_dir()]
+    if folders:
+        raise ConfigError(source, [("base", f"got {value!r}: {folders[0]} is a directory; "
+                                    "expected a scenario YAML file")])
     looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
     raise ConfigError(source, [("base", f"scenario file {value!r} not found (looked in {looked})")])
 

@@ -111,3 +111,10 @@ def test_a_trace_file_without_hashes_refuses_a_hash_block_size(tmp_path, capsys)
     code, _, err = run_cli(["run", FUSION, "--mode", "analytic", "--out", tmp_path,
                             "--set", "workload.trace.hash_block_tokens=16"], capsys)
     assert code == 2 and "hash_block_tokens = 16, but no request of the file has hash_ids" in err
+
+
+def test_a_sweep_base_that_is_a_directory_says_so(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: s\nbase: {tmp_path}\naxes:\n  - grid: {{run.seed: [1, 2]}}\n")
+    code, _, err = run_cli(["sweep", spec, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and f"{tmp_path} is a directory; expected a scenario YAML file" in err
