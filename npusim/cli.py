@@ -154,7 +154,7 @@ def run(
     def action() -> None:
         overrides = trace_override(trace)
         out_path = option_path(out, "--out", "a directory for the results")
-        overrides += list(set_) + ([f"run.mode={mode}"] if mode else [])
+        overrides += list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         # Shorthand values go in as JSON (valid YAML scalars: a model name with ': ' stays text).
         shorthands = {"model": ("--model", model), "prompt_len": ("--prompt-len", prompt_len),
                       "output_len": ("--output-len", output_len), "batch": ("--batch", batch)}
@@ -179,7 +179,7 @@ def run(
                     raise NpusimError(f"{scenario}: --trace: this scenario's workload has no "
                                       "trace (the option applies to serving workloads, kind: "
                                       "serving)") from None
-                if path == "run.mode" and mode:
+                if path == "run.mode" and mode is not None:
                     raise NpusimError(f"{scenario}: --mode: {message}") from None
             raise
         out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run

@@ -52,7 +52,7 @@ def capacity(
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")
-        overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode else [])
+        overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         config = load_scenario(scenario, overrides, option_path(hw, "--hw", "a hardware YAML file"))
         out_dir = check_output_dir(out_path or Path("out") / "capacity" / config.name)
         done: list = []

@@ -26,17 +26,10 @@ def set_option() -> Any:
                         help="Override a field: PATH=VALUE (repeatable).")
 
 
-def _check_mode(value: str | None) -> str | None:
-    # '' is not "not given": running the scenario's own mode instead would hide the typo.
-    if value is not None and value not in ("tlm", "analytic"):
-        raise typer.BadParameter(f"got {value!r}; expected tlm or analytic")
-    return value
-
-
 def mode_option() -> Any:
     """``--mode tlm|analytic``."""
-    return typer.Option(None, "--mode", metavar="tlm|analytic", callback=_check_mode,
-                        help="Fidelity: tlm or analytic.")
+    # (an empty --mode is checked like any other value, not taken as "not given")
+    return typer.Option(None, "--mode", metavar="tlm|analytic", help="Fidelity: tlm or analytic.")
 
 
 def trace_option() -> Any:

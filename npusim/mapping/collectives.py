@@ -59,7 +59,9 @@ def _expand_one(out: TaskGraph, task: CollectiveTask, deps: tuple[int, ...],
     if len(group) < 1:
         raise MappingError(f"collective {task.name!r} has an empty group")
     if len(set(group)) != len(group):
-        raise MappingError(f"collective {task.name!r} lists a member twice: {group}")
+        twice = next(member for i, member in enumerate(group) if member in group[:i])
+        raise MappingError(f"collective {task.name!r} lists member {twice!r} twice in its group "
+                           f"{list(group)}; expected each member once")
     if len(group) == 1 or task.size_bytes == 0:
         return out.add(HostTask(0, "none", deps, task.name))
     if task.kind == "allgather":

@@ -56,7 +56,8 @@ class RoutingSpec(PartConfig):
         None, description="Synthetic routing generator (instead of a file).")
     ratio: float | None = Field(None, ge=1, description="imbalanced: hot-expert load / mean "
                                                         "load (1..experts/top_k).")
-    exponent: float | None = Field(None, ge=0, description="zipf: popularity exponent.")
+    exponent: float | None = Field(None, ge=0, le=1000, description="zipf: popularity exponent "
+                                                                   "(0 = uniform; at most 1000).")
     seed: int = Field(0, ge=0, description="Generator seed (same seed, same trace).")
 
     @model_validator(mode="after")

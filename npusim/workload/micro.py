@@ -7,9 +7,11 @@ hand-written graphs.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+import difflib
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator, model_validator
 
 from npusim.core.errors import MappingError
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
@@ -138,6 +140,14 @@ class CollectiveSpec(_TaskSpec):
     group: list[str] = Field(min_length=1, description="Member endpoints in ring order.")
     size_bytes: Bytes = Field(description="Each member's full output size.")
 
+    @model_validator(mode="after")
+    def _check_group(self) -> "CollectiveSpec":
+        for i, member in enumerate(self.group):
+            if member in self.group[:i]:  # reported at tasks[N].group (see the loader)
+                raise ValueError(f"group: {member!r} is listed twice (group[{self.group.index(member)}] "
+                                 f"and group[{i}] of {self.group}); expected each member once")
+        return self
+
 
 class HostSpec(_TaskSpec):
     type: Literal["host"] = "host"
@@ -145,8 +155,35 @@ class HostSpec(_TaskSpec):
     resource: str = Field("host", description="Serialising resource ('none' = no resource).")
 
 
+_TASK_TYPES: dict[str, type[_TaskSpec]] = {
+    "compute": ComputeSpec, "transfer": TransferSpec, "collective": CollectiveSpec, "host": HostSpec}
+
+
+def _validate_task(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate a task by its ``type`` without the union tag in error locations.
+
+    pydantic puts the tag of a discriminated union into every error's location
+    (``tasks.0.collective.group.0``), and the loader only drops such a tag when it is not
+    also a key the user wrote, which ``collective`` is.  Validating the selected class
+    directly keeps the locations relative to the task (``tasks[0].group[0]``); a missing
+    or unknown ``type`` still goes to the union, which reports it.
+    """
+    if isinstance(value, Mapping):
+        cls = _TASK_TYPES.get(value.get("type")) if isinstance(value.get("type"), str) else None
+        if cls is not None:
+            unknown = [key for key in value if key not in cls.model_fields]
+            if unknown:  # "KEY: ..." is reported at tasks[N].KEY, with what the task takes
+                key = unknown[0]
+                close = difflib.get_close_matches(str(key), list(cls.model_fields), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{key}: unknown key for a {value['type']} task{hint} "
+                                 f"(known keys: {', '.join(sorted(cls.model_fields))})")
+            return cls.model_validate(value)
+    return handler(value)
+
+
 TaskSpec = Annotated[Union[ComputeSpec, TransferSpec, CollectiveSpec, HostSpec],
-                     Field(discriminator="type")]
+                     Field(discriminator="type"), WrapValidator(_validate_task)]
 
 
 class TaskGraphWorkloadConfig(PartConfig):
@@ -181,7 +218,7 @@ def _check_units(device, spec, index: int) -> None:
     endpoint = getattr(device, "endpoint", None) or device.part
     checks: list[tuple[str, str, object]] = []
     if isinstance(spec, ComputeSpec):
-        checks.append(("unit", spec.unit, device.part))
+        checks.append(("unit", spec.unit, getattr(device, "compute_unit", device.part)))
     elif isinstance(spec, TransferSpec):
         checks += [("src", spec.src, endpoint), ("dst", spec.dst, endpoint)]
     elif isinstance(spec, CollectiveSpec) and hasattr(device, "endpoint"):

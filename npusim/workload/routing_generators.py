@@ -28,8 +28,9 @@ import numpy as np
 from npusim.workload.routing import (EXPERT_DTYPE, WEIGHT_DTYPE, RoutingHeader, RoutingTrace,
                                      validate_routing_trace)
 
-__all__ = ["TraceShape", "balanced_trace", "imbalanced_loads", "imbalanced_trace",
-           "trace_from_loads", "zipf_popularity", "zipf_trace"]
+__all__ = ["MAX_ZIPF_EXPONENT", "TraceShape", "balanced_trace", "imbalanced_loads",
+           "imbalanced_trace", "trace_from_loads", "zipf_log_popularity", "zipf_popularity",
+           "zipf_trace"]
 
 
 @dataclass(frozen=True)
@@ -84,20 +85,43 @@ def imbalanced_loads(tokens: int, num_experts: int, top_k: int, ratio: float) ->
     return loads
 
 
+#: Largest Zipf exponent accepted.  Far beyond any real router (about 1) and beyond the
+#: point where every token already picks the top-ranked experts; it only keeps the
+#: log-popularities ``-exponent * log(rank)`` well inside float range.
+MAX_ZIPF_EXPONENT = 1000.0
+
+
+def _check_zipf_exponent(exponent: float) -> None:
+    if (isinstance(exponent, bool) or not isinstance(exponent, (int, float, np.number))
+            or not 0 <= exponent <= MAX_ZIPF_EXPONENT):
+        raise ValueError(f"exponent: expected a Zipf exponent in [0, {MAX_ZIPF_EXPONENT:g}] "
+                         f"(0 = uniform, about 1 for real routers), got "
+                         f"{exponent.item() if isinstance(exponent, np.generic) else exponent!r}")
+
+
+def zipf_log_popularity(num_experts: int, exponent: float) -> np.ndarray:
+    """``log p_e`` of :func:`zipf_popularity`, computed without overflow or underflow
+    (every entry finite, so even the least popular expert can be drawn)."""
+    _check_zipf_exponent(exponent)
+    logs = -float(exponent) * np.log(np.arange(1, num_experts + 1, dtype=np.float64))
+    return logs - np.logaddexp.reduce(logs)
+
+
 def zipf_popularity(num_experts: int, exponent: float) -> np.ndarray:
-    """Probabilities ``p_e ~ 1 / (e + 1) ** exponent`` (expert 0 most popular)."""
-    if not exponent >= 0:
-        raise ValueError(f"Zipf exponent must be >= 0, got {exponent!r}")
-    weights = 1.0 / np.arange(1, num_experts + 1, dtype=np.float64) ** exponent
-    return weights / weights.sum()
+    """Probabilities ``p_e ~ 1 / (e + 1) ** exponent`` (expert 0 most popular); for a
+    large exponent the tail may round to 0."""
+    return np.exp(zipf_log_popularity(num_experts, exponent))
 
 
 # ------------------------------------------------------------------ assignment
-def _check_common(tokens: int, locality: float) -> None:
+def _check_common(tokens: int, locality: float, seed: int = 0) -> None:
     if not isinstance(tokens, int) or tokens < 1:
         raise ValueError(f"tokens must be a positive int, got {tokens!r}")
     if not 0 <= locality <= 1:
         raise ValueError(f"locality must be a probability in [0, 1], got {locality!r}")
+    # numpy's SeedSequence would say only "expected non-negative integer"
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
 
 
 def _assign_exact(loads: np.ndarray, tokens: int, top_k: int, locality: float,
@@ -135,12 +159,13 @@ def _assign_exact(loads: np.ndarray, tokens: int, top_k: int, locality: float,
     return chosen
 
 
-def _sample_popularity(popularity: np.ndarray, tokens: int, top_k: int, locality: float,
+def _sample_popularity(log_popularity: np.ndarray, tokens: int, top_k: int, locality: float,
                        rng: np.random.Generator) -> np.ndarray:
-    """``top_k`` distinct experts per token drawn without replacement from
-    ``popularity`` (Gumbel top-k), then copied from the predecessor where it is reused."""
-    gumbel = rng.gumbel(size=(tokens, len(popularity)))
-    keys = np.log(popularity)[None, :] + gumbel
+    """``top_k`` distinct experts per token drawn without replacement from the
+    probabilities ``exp(log_popularity)`` (Gumbel top-k), then copied from the
+    predecessor where it is reused."""
+    gumbel = rng.gumbel(size=(tokens, len(log_popularity)))
+    keys = log_popularity[None, :] + gumbel
     chosen = np.argsort(-keys, axis=1, kind="stable")[:, :top_k]
     reuse = rng.random(tokens) < locality
     reuse[0] = False
@@ -200,7 +225,7 @@ def trace_from_loads(model: Any, loads: np.ndarray, *, seed: int = 0, locality: 
         raise ValueError(f"every layer's loads must be non-negative and sum to tokens x top_k "
                          f"(top_k {shape.top_k}); got row sums {loads.sum(axis=1).tolist()}")
     tokens = pairs // shape.top_k
-    _check_common(tokens, locality)
+    _check_common(tokens, locality, seed)
     if (loads > tokens).any():
         raise ValueError(f"an expert can take each of the {tokens} tokens once; got a load "
                          f"of {int(loads.max())}")
@@ -221,7 +246,7 @@ def balanced_trace(model: Any, tokens: int, *, seed: int = 0, locality: float = 
     """Every expert gets ``tokens * k / E`` tokens (the extra ones, if it does not divide,
     go to different experts in each layer)."""
     shape = TraceShape.of(model)
-    _check_common(tokens, locality)
+    _check_common(tokens, locality, seed)
     loads = imbalanced_loads(tokens, shape.num_experts, shape.top_k, 1.0)
     return trace_from_loads(shape, loads, seed=seed, locality=locality, generator="balanced",
                             notes=notes)
@@ -233,7 +258,7 @@ def imbalanced_trace(model: Any, tokens: int, ratio: float | Sequence[float], *,
     expert (a random id per layer) with ``round(r * tokens * k / E)`` tokens, the others
     even.  The realised ``r`` differs from the target only by that rounding."""
     shape = TraceShape.of(model)
-    _check_common(tokens, locality)
+    _check_common(tokens, locality, seed)
     ratios = np.broadcast_to(np.asarray(ratio, dtype=np.float64), (shape.num_layers,))
     loads = np.stack([imbalanced_loads(tokens, shape.num_experts, shape.top_k, float(r))
                       for r in ratios])
@@ -249,10 +274,8 @@ def zipf_trace(model: Any, tokens: int, exponent: float, *, seed: int = 0,
     ``1 / rank ** exponent``; ``shuffle_experts`` assigns ranks to ids randomly per layer
     (else expert 0 is the most popular)."""
     shape = TraceShape.of(model)
-    _check_common(tokens, locality)
-    popularity = zipf_popularity(shape.num_experts, exponent)
-    if shape.top_k > np.count_nonzero(popularity):
-        raise ValueError("Zipf popularity leaves fewer than top_k experts")
+    _check_common(tokens, locality, seed)
+    popularity = zipf_log_popularity(shape.num_experts, exponent)
 
     def layer_fn(layer: int, rng: np.random.Generator) -> np.ndarray:
         ranked = rng.permutation(popularity) if shuffle_experts else popularity

@@ -42,7 +42,7 @@ def test_malformed_parts_are_named_not_a_traceback(scenario, override, message, 
 
 def test_an_empty_mode_or_hw_is_an_error_not_the_default(tmp_path, capsys):
     code, _, err = run_cli(["run", QUICKSTART, "--mode", "", "--out", tmp_path], capsys)
-    assert code == 2 and "got ''; expected tlm or analytic" in err
+    assert code == 2 and "--mode: Input should be 'tlm' or 'analytic' (got '')" in err
     code, _, err = run_cli(["run", QUICKSTART, "--hw", "", "--out", tmp_path], capsys)
     assert code == 2 and "--hw: got an empty path ''" in err   # it read the current directory
 

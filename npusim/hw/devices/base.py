@@ -110,8 +110,13 @@ class Device:
     def compute_unit(self, name: str) -> ComputeUnit:
         part = self.part(name)
         if not isinstance(part, ComputeUnit):
-            raise MappingError(f"{name!r} is a {type(part).__name__}, not a compute unit")
+            raise MappingError(f"{name!r} is a {type(part).__name__}, not a compute unit; "
+                               f"expected a compute unit such as {self.example_compute_units()}")
         return part
+
+    def example_compute_units(self) -> str:
+        names = list(self.compute_units())
+        return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
 
     def compute_units(self) -> Iterator[str]:
         return (name for name, part in self.parts.items() if isinstance(part, ComputeUnit))

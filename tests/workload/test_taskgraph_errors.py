@@ -1,0 +1,77 @@
+"""Errors in the taskgraph workload name the task's field, the bad value and what was
+expected, and exit 2 without a traceback."""
+
+import pytest
+
+from npusim.cli import main
+from npusim.core.errors import MappingError
+from npusim.mapping.collectives import expand_collectives
+from npusim.mapping.taskgraph import TaskGraph
+
+pytestmark = pytest.mark.unit
+
+SCENARIO = """\
+name: tg
+hw:
+  preset: npu/large_core_64
+workload:
+  kind: taskgraph
+  tasks:
+    - {type: collective, name: c, collective: allreduce, group: [core0, core1], size_bytes: 1MiB}
+run:
+  mode: analytic
+"""
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    return info.value.code, captured.err
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    path = tmp_path / "tg.yaml"
+    path.write_text(SCENARIO)
+    return path
+
+
+@pytest.mark.parametrize("override, expected", [
+    # collective fields are reported at the field, not under the 'collective' union tag
+    ("workload.tasks[0].group=[0, 1]", "workload.tasks[0].group[0]: Input should be a valid string (got 0)"),
+    ("workload.tasks[0].size_bytes=12XB",
+     "workload.tasks[0].size_bytes: expected a size like '64MiB' or '2GB', got '12XB'"),
+    ("workload.tasks[0].szie_bytes=1",
+     "workload.tasks[0].szie_bytes: unknown key for a collective task; did you mean 'size_bytes'?"),
+    ("workload.tasks[0].group=[core0, core1, core0]",
+     "workload.tasks[0].group: 'core0' is listed twice (group[0] and group[2] of "
+     "['core0', 'core1', 'core0']); expected each member once"),
+    ("workload.tasks=[{type: compute, unit: core0.hbm, op: {kind: gemm}}]",
+     "workload.tasks[0].unit: 'core0.hbm' is a DramChannel, not a compute unit; expected a "
+     "compute unit such as core0.sa"),
+    ("workload.tasks=[{type: compute, unit: core0.sa, op: {kind: gemm, m: 0}}]",
+     "workload.tasks[0].op.m: "),
+    ("workload.tasks[0].type=foo", "workload.tasks[0]: unknown kind 'foo'"),
+    ("workload.tasks=[{name: c, unit: core0.sa}]", "workload.tasks[0]: missing 'type:' key"),
+])
+def test_taskgraph_errors_name_the_field(scenario, override, expected, tmp_path, capsys):
+    code, err = run_cli(["run", str(scenario), "--set", override, "--out", str(tmp_path / "out")],
+                        capsys)
+    assert code == 2
+    assert expected in err, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert ".collective" not in err
+
+
+def test_the_valid_scenario_still_runs(scenario, tmp_path, capsys):
+    code, err = run_cli(["run", str(scenario), "--out", str(tmp_path / "out")], capsys)
+    assert code in (0, None), err
+
+
+def test_expanding_a_collective_with_a_repeated_member_names_it():
+    graph = TaskGraph(name="g")
+    graph.collective("allgather", ["core0", "core1", "core0"], 64, [], "ag")
+    with pytest.raises(MappingError, match=r"lists member 'core0' twice in its group "
+                                           r"\['core0', 'core1', 'core0'\]; expected each member once"):
+        expand_collectives(graph, lambda endpoint: None)
