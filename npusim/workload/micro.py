@@ -39,8 +39,9 @@ class GemmWorkloadConfig(PartConfig):
     weights_in: Literal["hbm", "sram"] = Field(
         "hbm", description="Where weights live: streamed from HBM, or resident in SRAM.")
     gather: bool = Field(True, description="All-gather the output slices over the NoC.")
-    repeat: int = Field(1, ge=1, description="Identical segments to run back to back "
-                                             "(like layers); repeats are memoised.")
+    repeat: int = Field(1, ge=1, le=1_000_000, description="Identical segments to run back "
+                                                          "to back (like layers); repeats are "
+                                                          "memoised. At most 10^6.")
 
     @model_validator(mode="after")
     def _check(self) -> "GemmWorkloadConfig":
@@ -67,6 +68,15 @@ def lower_gemm(device, config: GemmWorkloadConfig, seed: int = 0) -> Program:
                            f"{format_bytes(resident)} (k x n / {parts} cores x {config.dtype_bytes} B) "
                            f"and a core has {format_bytes(sram)} of SRAM; use weights_in: hbm, "
                            "more cores, or more SRAM (hw.core.sram.capacity_bytes)")
+    widest_tile = min(config.tile_n, -(-config.n // parts))
+    buffered = 2 * config.k * widest_tile * config.dtype_bytes  # double-buffered weight tiles
+    if config.weights_in == "hbm" and sram is not None and buffered > sram:
+        raise MappingError(f"workload.tile_n = {config.tile_n}: two weight tiles of k x "
+                           f"{widest_tile} columns x {config.dtype_bytes} B = "
+                           f"{format_bytes(buffered)} are double-buffered in SRAM, and a core "
+                           f"has {format_bytes(sram)}; expected tile_n at most "
+                           f"{max(1, sram // (2 * config.k * config.dtype_bytes))} (or more "
+                           "hw.core.sram.capacity_bytes)")
     graph = TaskGraph(name="gemm")
     outputs = []
     for rank, core in enumerate(config.cores):
@@ -191,7 +201,8 @@ class TaskGraphWorkloadConfig(PartConfig):
 
     kind: Literal["taskgraph"] = "taskgraph"
     tasks: list[TaskSpec] = Field(min_length=1, description="Tasks in dependency order.")
-    repeat: int = Field(1, ge=1, description="Identical segments to run back to back.")
+    repeat: int = Field(1, ge=1, le=1_000_000, description="Identical segments to run back to "
+                                                          "back. At most 10^6.")
 
     @model_validator(mode="after")
     def _check_names(self) -> "TaskGraphWorkloadConfig":

@@ -118,3 +118,14 @@ def test_a_sweep_base_that_is_a_directory_says_so(tmp_path, capsys):
     spec.write_text(f"name: s\nbase: {tmp_path}\naxes:\n  - grid: {{run.seed: [1, 2]}}\n")
     code, _, err = run_cli(["sweep", spec, "--out", tmp_path / "out"], capsys)
     assert code == 2 and f"{tmp_path} is a directory; expected a scenario YAML file" in err
+
+
+def test_gemm_weight_tiles_that_do_not_fit_sram_are_an_error(tmp_path, capsys):
+    # the SRAM capacity used to be ignored unless weights_in: sram
+    code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--out", tmp_path,
+                            "--set", "hw.core.sram.capacity_bytes=2MiB"], capsys)
+    assert code == 2 and "workload.tile_n = 256: two weight tiles" in err
+    assert "expected tile_n at most 204" in err
+    code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--out", tmp_path,
+                            "--set", "workload.repeat=100000000"], capsys)
+    assert code == 2 and "workload.repeat" in err and "1000000" in err
