@@ -21,7 +21,8 @@ from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
-from npusim.workload.llm import ModelMappingChecks, _named_part
+from npusim.workload.llm import (ModelMappingChecks, _named_part, stream_chunk_field,
+                                 weight_tile_field)
 from npusim.workload.trace_spec import TraceSpec
 
 
@@ -219,15 +220,8 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                             "every overlap inside the stage kept): the reference to check "
                             "chosen points with.")
     slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
-    weight_tile_bytes: Bytes = Field(
-        4 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one DMA per "
-                                   "tile, double-buffered; assumption: 4 MiB, as the llm "
-                                   "workload's).")
-    stream_chunk_bytes: Bytes = Field(
-        256 << 10, gt=0, description="Burst group of bulk sequential streams: one simulated "
-                                     "memory transaction each (a simulation grain, not a "
-                                     "hardware size; the DRAM channel still times every "
-                                     "burst inside it).")
+    weight_tile_bytes: Bytes = weight_tile_field()
+    stream_chunk_bytes: Bytes = stream_chunk_field()
 
     @field_validator("scheduler")
     @classmethod

@@ -83,6 +83,23 @@ class RoutingSpec(PartConfig):
         return self
 
 
+def weight_tile_field() -> Any:
+    """``weight_tile_bytes`` of the workloads that stream a model's weights."""
+    return Field(4 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one "
+                                            "DMA per tile, double-buffered; assumption: 4 MiB, "
+                                            "so two tiles use 1/8 of a 64 MiB scratchpad). "
+                                            "Also the grain of pipelined collectives.")
+
+
+def stream_chunk_field() -> Any:
+    """``stream_chunk_bytes`` of the workloads that stream a model's weights."""
+    return Field(256 << 10, gt=0, description="Burst group of bulk sequential streams "
+                                              "(weights, spilled KV): one simulated memory "
+                                              "transaction each. Larger is faster to "
+                                              "simulate; the DRAM channel still times every "
+                                              "burst inside it.")
+
+
 class ModelMappingChecks(BaseModel):
     """Validators shared by workloads that map a model onto a device: the model exists,
     and the placement and partition name registered parts (``"ring"`` or ``{kind: ...}``)."""
@@ -152,16 +169,8 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
                              "bucket share one "
                              "simulated segment; attention time is over-estimated by at "
                              "most bucket/context of itself (documented approximation).")
-    weight_tile_bytes: Bytes = Field(
-        4 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one DMA "
-                                   "per tile, double-buffered; assumption: 4 MiB, so two "
-                                   "tiles use 1/8 of a 64 MiB scratchpad). Also the grain "
-                                   "of pipelined collectives.")
-    stream_chunk_bytes: Bytes = Field(
-        256 << 10, gt=0, description="Burst group of bulk sequential streams (weights, "
-                                     "spilled KV): one simulated memory transaction each. "
-                                     "Larger is faster to simulate; the DRAM channel "
-                                     "still times every burst inside it.")
+    weight_tile_bytes: Bytes = weight_tile_field()
+    stream_chunk_bytes: Bytes = stream_chunk_field()
 
     @field_validator("expert_placement")
     @classmethod
