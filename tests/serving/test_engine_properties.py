@@ -182,15 +182,16 @@ def run(config: dict, trace_dir: Path):
             + "".join(f"{r[0]},{r[1]},{r[2]},{r[3]},{r[4] if len(r) > 4 else 0},"
                       f"{r[5] if len(r) > 5 else ''}\n" for r in rows))
     # prefix caching needs a trace that names blocks, and keeps no KV with chunk_kv: recompute
-    caching = (config.get("prefix_caching", False) and any(len(r) > 5 and r[5] for r in rows)
+    hashed = any(len(r) > 5 and r[5] for r in rows)  # (a block size for no hashes is an error)
+    caching = (config.get("prefix_caching", False) and hashed
                and config["scheduler"].get("chunk_kv", "keep") == "keep")
     config["prefix_caching"] = caching
     path = trace_dir / f"trace_{hashlib.sha1(text.encode()).hexdigest()[:16]}.csv"
     path.write_text(text)
     scenario, overrides = PROFILES[config["profile"]]
     overrides = [SMALL, *overrides,
-                 f"workload.trace={{file: {path}, allow_simultaneous: true, "
-                 f"hash_block_tokens: {HASH_BLOCK}}}",
+                 f"workload.trace={{file: {path}, allow_simultaneous: true"
+                 + (f", hash_block_tokens: {HASH_BLOCK}}}" if hashed else "}"),
                  f"workload.prefix_caching={str(caching).lower()}",
                  f"workload.kv_block_tokens={config.get('kv_block_tokens', 1)}",
                  f"workload.scheduler={yaml_map(config['scheduler'])}",
