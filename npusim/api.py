@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from npusim import __version__
 from npusim.core import registry
-from npusim.core.errors import ConfigError, MappingError, TraceError, with_source
+from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, TraceError,
+                                 with_source)
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.metrics.result import Result
@@ -102,6 +103,11 @@ def _simulate(config: Any, mode: str | None, overrides: Iterable[str],
     scenario = _as_scenario(config, overrides)
     run_cfg = scenario.run
     device = build_device(scenario.hw)
+    from npusim.metrics.energy import unmatched_dram_families  # lazy, as in _result
+    problems = unmatched_dram_families(run_cfg.energy, device)
+    if problems:
+        raise ConfigError(str(config) if isinstance(config, (str, os.PathLike))
+                          else SCENARIO_SOURCE, problems)
     lower = registry.lookup("workload", scenario.workload.kind).impl
     program = lower(device, config=scenario.workload, seed=run_cfg.seed)
 

@@ -17,7 +17,8 @@ import typer
 from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
                                trace_option, trace_override)
 from npusim.cli_common import guard as _guard
-from npusim.core.errors import ConfigError, MappingError, NpusimError, TraceError, with_source
+from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, NpusimError,
+                                 TraceError, with_source)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
@@ -187,6 +188,9 @@ def run(
             result = _simulate_with_progress(simulate, config, quiet)
         except (MappingError, TraceError) as exc:  # valid config that cannot run: say which
             raise with_source(exc, str(scenario)) from None
+        except ConfigError as exc:  # a field checked against the built device
+            raise (with_source(exc, str(scenario)) if exc.source == SCENARIO_SOURCE
+                   else exc) from None
         result.write(out_dir)
         if not quiet:
             _summary_table(result)

@@ -23,10 +23,17 @@ def with_source(exc: NpusimError, source: str) -> NpusimError:
     attributes (rebuilding it as ``type(exc)(message)`` would fail for subclasses whose
     constructor takes more, such as an out-of-memory error with its byte counts).
     """
+    if isinstance(exc, ConfigError) and exc.source == SCENARIO_SOURCE:
+        return ConfigError(source, exc.problems)  # a field checked against the built device
     message = str(exc)
     if not message.startswith(f"{source}:"):
         exc.args = (f"{source}: {message}", *exc.args[1:])
     return exc
+
+
+#: The source a ConfigError names when a scenario was passed as a mapping or a validated
+#: Scenario rather than a file (a front end that read the file puts its name instead).
+SCENARIO_SOURCE = "<scenario>"
 
 
 class ConfigError(NpusimError):

@@ -19,7 +19,7 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from npusim.core.registry import NumbersNotBooleans
 
@@ -128,7 +128,8 @@ class EnergyConfig(NumbersNotBooleans):
                     "(matched at the start of the DRAM config's 'standard' string, longest "
                     "key first): HBM2/HBM2E/HBM3 3.6 (components.md; HBM2E/3 assumption), "
                     "LPDDR4 13.5 (components.md), LPDDR5/5X 10, DDR4 15, GDDR7 7 "
-                    "(assumptions, see docs/energy.md).")
+                    "(assumptions, see docs/energy.md). Keys given here are merged over "
+                    "these defaults; a new key must match a DRAM of the device.")
     dram_default_pj_per_bit: float = Field(
         3.6, ge=0,
         description="pJ per bit for a DRAM whose standard matches no key of dram_pj_per_bit. "
@@ -197,6 +198,17 @@ class EnergyConfig(NumbersNotBooleans):
         description="Which parts leak: 'device' charges static power to every part of the "
                     "chip for the whole run (no power gating); 'active' only to parts that "
                     "did some work (ideal power gating of idle parts).")
+
+    @field_validator("dram_pj_per_bit", mode="after")
+    @classmethod
+    def _over_default_families(cls, value: dict[str, float]) -> dict[str, float]:
+        # Setting one family (--set run.energy.dram_pj_per_bit.HBM2E=4.0) must not drop
+        # the others: an LPDDR4 device would fall back to dram_default_pj_per_bit.
+        return {**DEFAULT_DRAM_PJ_PER_BIT, **value}
+
+    def added_dram_families(self) -> list[str]:
+        """The keys of ``dram_pj_per_bit`` that are not default families (sorted)."""
+        return sorted(set(self.dram_pj_per_bit) - set(DEFAULT_DRAM_PJ_PER_BIT))
 
     def dram_pj_per_bit_for(self, standard: str) -> tuple[float, str | None]:
         """``(pJ/bit, matched family or None)`` for a DRAM ``standard`` string such as

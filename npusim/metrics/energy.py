@@ -101,6 +101,24 @@ def _suffix(name: str) -> str:
     return name.rsplit(".", 1)[-1] if "." in name else name
 
 
+def unmatched_dram_families(config: EnergyConfig | None, device: Any) -> list[tuple[str, str]]:
+    """``(field path, message)`` for each family a user added to ``dram_pj_per_bit`` that
+    matches no DRAM of ``device``: a misspelt key (``HMB2``) would otherwise be unused
+    without a word while the DRAM is charged another family's figure."""
+    from npusim.hw.memory.dram import DramChannel
+
+    if config is None or not config.added_dram_families():
+        return []
+    standards = sorted({part.config.standard for part in device.parts.values()
+                        if isinstance(part, DramChannel)})
+    used = {config.dram_pj_per_bit_for(standard)[1] for standard in standards}
+    shown = ", ".join(repr(s) for s in standards) or "none"
+    return [(f"run.energy.dram_pj_per_bit.{family}",
+             f"matches no DRAM of this device (their 'standard' strings: {shown}); a key "
+             "is matched at the start of a DRAM's standard, e.g. HBM2 for 'HBM2 2.0 Gb/s'")
+            for family in config.added_dram_families() if family not in used]
+
+
 def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, latency_ps: int,
                    energy_config: EnergyConfig | None = None,
                    segment_rows: Iterable[tuple] | None = None, *,

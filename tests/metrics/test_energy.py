@@ -269,6 +269,33 @@ def test_bad_energy_override_is_a_clear_config_error(tmp_path, capsys):
 
 
 @pytest.mark.unit
+def test_one_dram_family_set_keeps_the_other_defaults():
+    # --set run.energy.dram_pj_per_bit.HBM2E=4.0 used to replace the whole mapping, so an
+    # LPDDR4 DRAM fell back to dram_default_pj_per_bit (3.6 instead of 13.5).
+    config = EnergyConfig(dram_pj_per_bit={"HBM2E": 4.0})
+    assert config.dram_pj_per_bit_for("HBM2E 3.2 Gb/s") == (4.0, "HBM2E")
+    assert config.dram_pj_per_bit_for("LPDDR4-4266 x16") == (13.5, "LPDDR4")
+    assert config.added_dram_families() == []
+    assert EnergyConfig(dram_pj_per_bit={"GDDR6": 7.5, "HBM2": 1}).added_dram_families() == [
+        "GDDR6"]
+
+
+@pytest.mark.component
+def test_a_misspelt_dram_family_is_an_error_naming_the_key(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, err = run_cli(["run", str(QUICKSTART), "--set", "run.energy.dram_pj_per_bit.HMB2E=4",
+                         "--out", str(out)], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert str(QUICKSTART) in err and "run.energy.dram_pj_per_bit.HMB2E" in err
+    assert "HBM2E 3.2 Gb/s" in err  # the device's DRAM standard, to compare with
+    assert not out.exists()  # refused before the run
+    # A new family the device does use is accepted (and charged).
+    result = quickstart("analytic", "run.energy.dram_pj_per_bit.HBM2E 3=9.0")
+    dram = result.metrics["energy"]["basis"]["dram"]
+    assert [entry["pj_per_bit"] for entry in dram.values()] == [9.0]
+
+
+@pytest.mark.unit
 def test_sram_energy_follows_the_macro_size_unless_set():
     from npusim.metrics.energy import sram_pj_per_bit
 
