@@ -26,96 +26,23 @@ from __future__ import annotations
 
 import copy
 import difflib
-import hashlib
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from npusim.core.errors import ConfigError
 from npusim.sweep import expr
 from npusim.sweep.axes import Axis, check_name, parse_axes
 from npusim.sweep.capacity import DEFAULTS as CAPACITY_DEFAULTS
+from npusim.sweep.paths import (MISSING, config_hash, format_override, get_path,
+                                input_file_digests, split_path)
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
              "on_invalid", "capacity")
 #: ``capacity:`` keys and their defaults (find_capacity's arguments).
 _CAPACITY_KEYS = CAPACITY_DEFAULTS
-_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """SHA-256 of a resolved config as canonical JSON (sorted keys, no spaces)."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-#: Content digests of input files by (path, size, mtime): a sweep of thousands of points
-#: over one trace file reads it once.
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def input_file_digests(config: Any) -> dict[str, str]:
-    """SHA-256 of every file a config names (a trace, a routing trace, a model given by
-    path): part of a point's key, so a file edited between two runs of a sweep is run
-    again instead of its stale results being reused.  Keyed by the path as written."""
-    from npusim.config.presets import REPO_ROOT
-
-    found: dict[str, str] = {}
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str) and node and len(node) < 4096 and ("/" in node or "." in node):
-            for candidate in (Path(node), REPO_ROOT / node):
-                try:
-                    if not candidate.is_file():
-                        continue
-                    stat = candidate.stat()
-                except (OSError, ValueError):
-                    continue
-                marker = (str(candidate.resolve()), stat.st_size, stat.st_mtime_ns)
-                if marker not in _FILE_DIGESTS:
-                    _FILE_DIGESTS[marker] = hashlib.sha256(candidate.read_bytes()).hexdigest()
-                found[node] = _FILE_DIGESTS[marker]
-                break
-
-    walk(config)
-    return found
-
-
-def format_override(path: str, value: Any) -> str:
-    """``path=value`` that the loader parses back to exactly ``value``."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30).strip()
-    return f"{path}={text.removesuffix('...').strip()}"
-
-
-def _split(path: str) -> list[str | int]:
-    return [m[1] if m[1] is not None else int(m[2]) for m in _PART.finditer(path)]
-
-
-_MISSING = object()
-
-
-def get_path(data: Any, path: str) -> Any:
-    """The value at dotted ``path`` in nested mappings/lists, or ``_MISSING``."""
-    node = data
-    for part in _split(path):
-        if isinstance(part, int) and isinstance(node, list) and 0 <= part < len(node):
-            node = node[part]
-        elif isinstance(part, str) and isinstance(node, Mapping) and part in node:
-            node = node[part]
-        else:
-            return _MISSING
-    return node
 
 
 @dataclass(frozen=True)
@@ -188,8 +115,8 @@ class SweepSpec:
 
             def lookup(path: str, raw=raw, params=params) -> Any:
                 for source in (params, raw, defaults):
-                    value = params.get(path, _MISSING) if source is params else get_path(source, path)
-                    if value is not _MISSING:
+                    value = params.get(path, MISSING) if source is params else get_path(source, path)
+                    if value is not MISSING:
                         return value
                 raise expr.ExprError(f"no field {path!r} in the scenario or the sweep")
 
@@ -537,12 +464,12 @@ def _check_paths(spec: SweepSpec, data: Mapping) -> None:
 
     def known(path: str, swept_ok: bool) -> bool:
         return (path.endswith("preset") or (swept_ok and path in swept)
-                or get_path(defaults, path) is not _MISSING or get_path(raw, path) is not _MISSING)
+                or get_path(defaults, path) is not MISSING or get_path(raw, path) is not MISSING)
 
     def check(path: str, where: str, swept_ok: bool = True) -> None:
         if known(path, swept_ok):
             return
-        parts = _split(path)
+        parts = split_path(path)
         parent = get_path(defaults, ".".join(str(p) for p in parts[:-1])) if len(parts) > 1 else defaults
         options = sorted(parent) if isinstance(parent, Mapping) else []
         close = difflib.get_close_matches(str(parts[-1]), options, n=1)
