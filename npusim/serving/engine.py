@@ -209,7 +209,8 @@ class ServingDriver(KvAdmission):
                     # logged as a batch of none, so the table counts every preemption
                     log.record(replica=replica, entries=[], start_ps=now, end_ps=now,
                                kv=pools[replica.index],
-                               waiting=queued[replica.index], running=len(view.running),
+                               waiting=queued[replica.index],
+                               running=len(view.running) - len(victims),
                                preempted=len(victims))
                 return False
             segments = replica.segments(entries, self.config.kv_bucket_tokens,
@@ -238,7 +239,8 @@ class ServingDriver(KvAdmission):
                 run = session.run(segment, prefix + label, start)
                 start = free[position] = start + run.makespan_ps
             iterations[replica.index] += 1
-            picked = {id(e.state) for e in entries}
+            # this batch's preemption victims are neither in it nor left running
+            picked = {id(e.state) for e in entries} | {id(v) for v in victims}
             log.record(replica=replica, entries=entries, start_ps=now, end_ps=start,
                        kv=pools[replica.index],
                        waiting=queued[replica.index]
@@ -263,7 +265,8 @@ class ServingDriver(KvAdmission):
 
         while events:
             now, _, kind, payload = heapq.heappop(events)
-            last_ps = max(last_ps, now)
+            if kind in ("done", "kv_ready", "swap"):  # work ended (not a wake-up or an
+                last_ps = max(last_ps, now)           # arrival, which may be rejected)
             if kind == "arrive":
                 state = payload
                 reason = self._admissible(state, pools)
@@ -350,7 +353,10 @@ class ServingDriver(KvAdmission):
                 "scheduler": self.config.scheduler.kind,
                 "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
                               "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
-        return DriveOutcome(last_ps, len(session.segment_rows), info, metrics,
+        # The run's latency is the serving window, as the rates use: from the first
+        # arrival (a trace need not start at 0) to the end of the last work.
+        first_ps = min((s.request.arrival_ps for s in states), default=0)
+        return DriveOutcome(max(0, last_ps - first_ps), len(session.segment_rows), info, metrics,
                             {"requests": rows, "iterations": log.columns()})
 
     # -- completing an iteration ---------------------------------------------------------

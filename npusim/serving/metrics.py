@@ -90,8 +90,9 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     """``(rows, metrics)`` for a finished serving run.
 
     Rates (tokens/s, requests/s, goodput) and utilisation are per second of the serving
-    window, from the first arrival to ``makespan_ps`` (the last event), so a trace whose
-    timestamps start late is not diluted by the idle time before it.  SLO attainment is
+    window, from the first arrival to ``makespan_ps`` (the end of the last work: an
+    iteration, a KV transfer or a swap), so neither the idle time before a trace that starts
+    late nor a request rejected on a late arrival dilutes them.  SLO attainment is
     the share of *all* requests that finished within both thresholds: a rejected request
     misses the SLO."""
     rows = request_rows(states)

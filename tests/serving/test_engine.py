@@ -63,6 +63,11 @@ def test_incremental_kv_preempts_and_recomputes_when_full():
     table = result.requests
     assert m["preemption_recomputed_tokens"] == table["preemption_recomputed_tokens"].sum() > 0
     assert (table.loc[table["preempted"] == 0, "preemption_recomputed_tokens"] == 0).all()
+    # iterations.csv: a batch's victims count as preempted, not as running requests it left
+    # out (here every batch took all running requests, so it left none out)
+    log = result.table("iterations")
+    hit = log[log["preempted"] > 0]
+    assert len(hit) > 0 and (hit["running"] == 0).all()
 
 
 HOST = "hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200, channels: 4}}"
@@ -299,6 +304,32 @@ def test_a_request_past_the_models_context_window_is_rejected_with_a_reason(tmp_
                                         f"workload.trace.file={trace}"]).requests
     assert table["status"].tolist() == ["rejected", "finished"]
     assert "40961 tokens exceed qwen3_1_7b's context window of 40960" in table["reason"][0]
+
+
+def test_the_serving_window_runs_from_the_first_arrival_to_the_last_work(tmp_path):
+    # The same requests 5 s later, and with a request rejected on a late arrival, measure
+    # the same window: latency, rates, utilisation and energy per token were diluted by
+    # the idle 5 s before the trace (measured from t = 0) and by the rejected arrival
+    # (the window ran to the last event of any kind).
+    rows = [("r0", 0, 120, 6), ("r1", 10**9, 80, 4), ("r2", 3 * 10**9, 60, 5)]
+    late = [(rid, t + 5 * 10**12, p, o) for rid, t, p, o in rows]
+    rejected = rows + [("r3", 10**13, 50000, 4)]  # past qwen3_1_7b's context window
+    metrics = []
+    for name, table in (("base", rows), ("late", late), ("rejected", rejected)):
+        trace = tmp_path / f"{name}.csv"
+        trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\n" + "".join(
+            f"{rid},{t},{p},{o}\n" for rid, t, p, o in table))
+        metrics.append(simulate(FUSION, overrides=["workload.model=qwen3_1_7b",
+                                                   f"workload.trace.file={trace}"]).metrics)
+    base, *others = metrics
+    last_token_s = base["latency_s"]
+    assert 0 < last_token_s < 1
+    for other in others:
+        for key in ("latency_ps", "throughput_tokens_per_s", "throughput_flops_per_s",
+                    "unit_utilisation"):
+            assert other[key] == base[key], key
+        assert other["energy"]["energy_per_token_j"] == base["energy"]["energy_per_token_j"]
+    assert metrics[2]["requests_rejected"] == 1
 
 
 @pytest.mark.parametrize("text, ms", [("200ms", 200.0), ("1.5s", 1500.0), ("250", 250.0)])
