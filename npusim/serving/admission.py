@@ -105,26 +105,31 @@ class KvAdmission:
         for victim in victims:
             if growth <= free:
                 break
-            state = victim.state
             kept.remove(victim)
-            growth -= pool.growth_cost(state)
-            free += pool.release(state)
-            if self.swap_host is not None:  # its KV survives on the host
-                state.swapped = True
-                state.swapped_out += 1
-            else:                            # its KV is gone: prefill everything again
-                state.preemption_recomputed += state.kv_tokens
-                state.kv_tokens = state.prefilled = 0
-                state.recompute_tokens = state.generated
-                if replica.role == "decode":  # the prefill pool does that
-                    state.replica = None
-            preempted.append(state)
-            state.preempted += 1
-            state.admitted = False
+            growth -= pool.growth_cost(victim.state)
+            free += self._preempt(replica, victim.state, pool)
+            preempted.append(victim.state)
         for entry in kept:
             if entry.state.prefill_done:
                 pool.grow(entry.state)
         return kept, preempted
+
+    def _preempt(self, replica: Replica, state: RequestState, pool: KvPool) -> int:
+        """Take ``state``'s KV away (to the host with swap preemption, else dropped for a
+        recompute); returns the KV tokens freed.  The caller times the swap-out."""
+        freed = pool.release(state)
+        if self.swap_host is not None:  # its KV survives on the host
+            state.swapped = True
+            state.swapped_out += 1
+        else:                            # its KV is gone: prefill everything again
+            state.preemption_recomputed += state.kv_tokens
+            state.kv_tokens = state.prefilled = 0
+            state.recompute_tokens = state.generated
+            if replica.role == "decode":  # the prefill pool does that
+                state.replica = None
+        state.preempted += 1
+        state.admitted = False
+        return freed
 
     def _recompute_blocked(self, state: RequestState) -> str:
         """Why a recompute-preempted request can never prefill again ('' if it can): a

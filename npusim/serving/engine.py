@@ -103,8 +103,12 @@ class ServingDriver(KvAdmission):
                            and not s.rejected and not s.prefill_done
                            and (s.replica is None or s.replica == replica.index)]
                 queued[replica.index] = len(waiting)
-                if swapped[replica.index]:  # swapped-out requests come back before new ones
-                    waiting = [s for s in waiting if s.admitted]
+                if swapped[replica.index]:  # swapped-out requests come back before new
+                    # ones, unless (order: priority) a new one outranks them all
+                    top = (min(s.request.priority for s in swapped[replica.index])
+                           if self.config.scheduler.order == "priority" else None)
+                    waiting = [s for s in waiting if s.admitted
+                               or (top is not None and s.request.priority < top)]
                 for state in waiting:
                     if not state.admitted:  # what this replica's cache already holds
                         self._look_up_prefix(state, pools[replica.index])
@@ -118,7 +122,8 @@ class ServingDriver(KvAdmission):
                                  len(replica.groups), flying, self.config.scheduler.fill_pipeline,
                                  kv_cost=lambda state, tokens: pool.admission_cost(
                                      tokens, state.prefix_keys, state.cache_hit_blocks),
-                                 kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown))
+                                 kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown),
+                                 kv_held=lambda held: pool.charge(pool.reserved_tokens(held)))
 
         # The router (workload.router): which entry replica an arriving request is bound
         # to, and how many unfinished requests each one holds.
@@ -163,13 +168,22 @@ class ServingDriver(KvAdmission):
 
         def launch(replica: Replica, now: int) -> bool:
             view = views(replica, now)
-            entries = self.schedulers[replica.index].schedule(view)
-            if not entries:
-                return False
+            scheduler = self.schedulers[replica.index]
             pool = pools[replica.index]
+            # Priority preemption (scheduler.preempt_lower_priority): room for a waiting
+            # prompt that outranks running requests, before the batch is formed.
+            outranked = scheduler.priority_victims(view) if replica.role != "decode" else []
+            for state in outranked:
+                self._preempt(replica, state, pool)
+            if outranked:
+                view = views(replica, now)
+            entries = scheduler.schedule(view)
+            if not entries and not outranked:
+                return False
             with pool.batch():  # no cached block is evicted before the batch holds its KV
                 entries, victims = self._grow_or_preempt(replica, entries, pool,
                                                          reserves_max(replica))
+                victims = outranked + victims
                 for entry in entries:
                     state = entry.state
                     if state.first_scheduled_ps is None:
@@ -209,8 +223,8 @@ class ServingDriver(KvAdmission):
                     # logged as a batch of none, so the table counts every preemption
                     log.record(replica=replica, entries=[], start_ps=now, end_ps=now,
                                kv=pools[replica.index],
-                               waiting=queued[replica.index],
-                               running=len(view.running) - len(victims),
+                               waiting=queued[replica.index],  # (outranked: not in view)
+                               running=len(view.running) - len(victims) + len(outranked),
                                preempted=len(victims))
                 return False
             segments = replica.segments(entries, self.config.kv_bucket_tokens,

@@ -100,6 +100,9 @@ class SchedulerView:
     kv_cost: Callable[[RequestState, int], int] | None = None
     # Free KV tokens one more token for each of these requests takes; None: one each.
     kv_growth: Callable[[list[RequestState]], int] | None = None
+    # Free KV tokens preempting this request gives back at least (its own blocks; cached
+    # prefix blocks it shares may stay referenced); None: preemption is not offered.
+    kv_held: Callable[[RequestState], int] | None = None
 
     @property
     def decode_share(self) -> int:

@@ -126,6 +126,8 @@ def schedulers(draw, pressure=False, keep_chunks=False):
     cfg = {"kind": kind, "max_batch_size": draw(size),
            "fill_pipeline": draw(st.booleans()),
            "order": draw(st.sampled_from(["fcfs", "priority"]))}
+    if cfg["order"] == "priority":  # outranked running requests may be preempted
+        cfg["preempt_lower_priority"] = draw(st.booleans())
     if kind == "chunked_prefill":
         cfg["token_budget"] = draw(st.integers(8, 512))
         cfg["prefill_chunk"] = draw(st.integers(4, 512))
@@ -235,6 +237,22 @@ def test_kv_pressure_preempts_and_still_keeps_every_invariant(config, trace_dir)
 def test_prefix_caching_under_kv_pressure_keeps_every_invariant(config, trace_dir):
     # Shared prompt prefixes on a chip with a few thousand KV tokens: cached blocks are
     # shared, kept after their requests leave and evicted when room is needed.
+    check_run(run(config, trace_dir), config)
+
+
+@settings(max_examples=12, **FAST)
+@given(config=configs(profiles=[p for p in TIGHT_PROFILES if p.startswith("fusion")],
+                      pressure=True))
+def test_priority_preemption_under_kv_pressure_keeps_every_invariant(config, trace_dir):
+    # Three priority classes on a tight chip, and waiting prompts that outrank running
+    # requests preempt them (scheduler.preempt_lower_priority): victims chosen before the
+    # batch is formed must keep every invariant too.
+    # The later half arrives 0.5 s after the rest and outranks it: the earlier requests
+    # then hold the KV those need (classes 2-1-0 in thirds of the arrivals).
+    n = len(config["trace"])
+    config["trace"] = [(r[0], r[1] + (PS_PER_S // 2 if 2 * i >= n else 0), r[2], r[3],
+                        2 - 3 * i // n, *r[5:]) for i, r in enumerate(config["trace"])]
+    config["scheduler"].update(order="priority", preempt_lower_priority=True)
     check_run(run(config, trace_dir), config)
 
 

@@ -76,3 +76,38 @@ def test_a_decode_pool_takes_over_the_urgent_request_first(tmp_path):
         assert table["priority"].tolist() == [1, 1, 1, 1, 1, 0]
     assert second["fcfs"]["H"] > second["fcfs"]["L0c"]         # behind every earlier request
     assert second["priority"]["H"] < second["priority"]["L0b"]  # first after L0a's KV is free
+
+
+HOST = "hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200, channels: 4}}"
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_an_urgent_prompt_preempts_running_requests_of_a_lower_class(tmp_path, preemption):
+    # Seven long low-priority requests fill the KV (12.6k tokens); an urgent 2000-token
+    # prompt arriving at 0.3 s waits ~4 s for one to finish, unless it may preempt them.
+    rows = [(f"low{i}", i * 10**9, 1400, 300, 1) for i in range(8)]
+    rows.append(("urgent", 300 * 10**9, 2000, 20, 0))
+    trace = write_trace(tmp_path / "t.csv", rows)
+    common = [*TIGHT, trace, "workload.scheduler.order=priority",
+              f"workload.preemption={preemption}"] + ([HOST] if preemption == "swap" else [])
+    waits = simulate(FUSION, overrides=common).requests.set_index("request_id")
+    jumps = simulate(FUSION, overrides=[*common, "workload.scheduler.preempt_lower_priority=true"]
+                     ).requests.set_index("request_id")
+    assert waits.loc["urgent", "ttft_ps"] > 4 * 10**12 and waits["preempted"].sum() == 0
+    assert jumps.loc["urgent", "ttft_ps"] < 0.1 * waits.loc["urgent", "ttft_ps"]
+    assert jumps.loc["urgent", "preempted"] == 0 and jumps["preempted"].sum() > 0
+    assert (jumps["status"] == "finished").all()
+    if preemption == "swap":
+        assert jumps["swapped_out"].sum() == jumps["preempted"].sum()
+    else:
+        assert jumps["preemption_recomputed_tokens"].sum() > 0
+
+
+def test_priority_preemption_needs_priority_order(tmp_path):
+    from npusim.config.loader import load_scenario
+    from npusim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(FUSION, ["workload.scheduler.preempt_lower_priority=true"])
+    assert "workload.scheduler" in str(caught.value)
+    assert "needs order: priority (got order: fcfs)" in str(caught.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from npusim.core.registry import PartConfig
 from npusim.serving.state import Entry, RequestState, SchedulerView
@@ -31,6 +31,21 @@ class SchedulerConfigBase(PartConfig):
                             "all fit, which handed-over or swapped-out requests a replica "
                             "takes back first, and which decodes of the batch being formed "
                             "are preempted first (the lowest priority).")
+    preempt_lower_priority: bool = Field(
+        False, description="With order: priority, a waiting prompt whose KV does not fit "
+                           "preempts running requests of a lower priority (a larger "
+                           "value), lowest and newest first, until it fits, as vLLM's "
+                           "priority scheduling does; their KV is swapped or recomputed "
+                           "per workload.preemption. Only when freeing all of them makes "
+                           "room; requests in the pipeline are not preempted. Replicas "
+                           "that only decode take requests in priority order instead.")
+
+    @model_validator(mode="after")
+    def _priority_preemption_needs_priority_order(self) -> "SchedulerConfigBase":
+        if self.preempt_lower_priority and self.order != "priority":
+            raise ValueError(f"preempt_lower_priority: true needs order: priority (got "
+                             f"order: {self.order}); under fcfs no request outranks another")
+        return self
 
     @property
     def decode_slots(self) -> int:
@@ -83,6 +98,29 @@ class OrderedScheduler:
     def preemption_order(self, entries: list[Entry]) -> list[Entry]:
         """Decoding ``entries`` in the order they give up their KV when it runs out."""
         return preemption_order(entries, self.config.order)
+
+    def priority_victims(self, view: SchedulerView) -> list[RequestState]:
+        """Running requests to preempt so that the first waiting prompt (in service
+        order) that is not yet admitted fits: those of a lower priority, lowest and
+        newest first, as few as make room; none unless ``preempt_lower_priority`` is set
+        and preempting every lower-priority running request would make room."""
+        if not self.config.preempt_lower_priority or view.kv_held is None:
+            return []
+        head = next((s for s in self.service_order(view.waiting) if not s.admitted), None)
+        if head is None:
+            return []
+        short = view.kv_need(head) - view.kv_free_tokens
+        if short <= 0:
+            return []
+        lower = [Entry(s, 1, s.kv_tokens, True) for s in view.running
+                 if s.request.priority > head.request.priority]
+        victims: list[RequestState] = []
+        for entry in self.preemption_order(lower):
+            if short <= 0:
+                break
+            victims.append(entry.state)
+            short -= view.kv_held(entry.state)
+        return victims if short <= 0 else []
 
     def handover_limit(self, busy: bool) -> int | None:
         """Most handed-over requests (their prompts prefilled elsewhere) a decode replica
