@@ -17,6 +17,7 @@ import typer
 from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
                                trace_option, trace_override)
 from npusim.cli_common import guard as _guard
+from npusim.core.console import console
 from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, NpusimError,
                                  TraceError, with_source)
 
@@ -25,7 +26,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 
 def _summary_table(result) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from npusim.core.units import format_bytes, format_time_ps
@@ -88,7 +88,7 @@ def _summary_table(result) -> None:
     memo = metrics["memo"]
     table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
     table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")
-    Console().print(table)
+    console().print(table)
 
 
 def _natural(name: str) -> tuple:
@@ -109,14 +109,13 @@ def _milliseconds(values: list[float]) -> str:
 def _simulate_with_progress(simulate, config, quiet: bool):
     """Run ``simulate`` with a rich progress bar on a terminal (segments, or requests
     for serving runs); plain when output is redirected or ``--quiet``."""
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    err_console = console(stderr=True)
     what = "requests" if getattr(config.workload, "kind", "") == "serving" else "segments"
     with Progress(TextColumn(f"[bold]{config.name}[/bold] {what}"), BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
-                  disable=quiet or not console.is_terminal) as bar:
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True,
+                  disable=quiet or not err_console.is_terminal) as bar:
         task = bar.add_task("run", total=None)
 
         def progress(done: int, total: int) -> None:
@@ -212,12 +211,10 @@ def run(
 @app.command("list", cls=OnceOptionsCommand)
 def list_parts() -> None:
     """Show registered parts, presets, benches and scenarios."""
-    from rich.console import Console
-
-    _guard(lambda: _list_everything(Console()))
+    _guard(lambda: _list_everything(console()))
 
 
-def _list_everything(console) -> None:
+def _list_everything(out) -> None:
     from rich.table import Table
 
     from npusim.config.presets import REPO_ROOT, list_presets, workloads_root
@@ -232,8 +229,8 @@ def _list_everything(console) -> None:
     for category in registry.categories():
         for kind, entry in registry.entries(category).items():
             table.add_row(category, kind, entry.help)
-    console.print(table)
-    console.print("[bold]hardware presets[/bold]: " + ", ".join(list_presets()))
+    out.print(table)
+    out.print("[bold]hardware presets[/bold]: " + ", ".join(list_presets()))
     root = workloads_root()
 
     def shown(path: Path) -> str:
@@ -246,12 +243,12 @@ def _list_everything(console) -> None:
         found = sorted(shown(p) for pattern in patterns for p in folder.glob(pattern))
         return ", ".join(found) or "(none)"
 
-    console.print("[bold]models[/bold] (workload.model): " + ", ".join(list_models()))
-    console.print("[bold]scenarios[/bold] (npusim run): " + files(root / "scenarios", "*.yaml"))
-    console.print("[bold]sweep specs[/bold] (npusim sweep): " + files(root / "sweeps", "*.yaml"))
-    console.print("[bold]request traces[/bold] (--trace): "
+    out.print("[bold]models[/bold] (workload.model): " + ", ".join(list_models()))
+    out.print("[bold]scenarios[/bold] (npusim run): " + files(root / "scenarios", "*.yaml"))
+    out.print("[bold]sweep specs[/bold] (npusim sweep): " + files(root / "sweeps", "*.yaml"))
+    out.print("[bold]request traces[/bold] (--trace): "
                   + files(REPO_ROOT / "traces", "*.csv", "*.jsonl"))
-    console.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
+    out.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
 
 
 @app.command(cls=OnceOptionsCommand)
@@ -275,12 +272,12 @@ def validate(
             # The generated docs/validation.md lists every case: a selection written over
             # it would silently drop the others' results.
             wanted = None if selection else Path("docs/validation.md")
-            if selection:
-                typer.echo("(a selection of cases: no report written; --report FILE writes one)")
         else:
             # ``--report ''`` arrives as Path('.') (typer turns '' into the current directory).
             wanted = report if str(report) not in ("", ".") else None
         outcomes = run_cases(suite=suite, ids=case, fast=fast, report=wanted)
+        if report is None and selection:  # (after the cases: a bad selection says only that)
+            typer.echo("(a selection of cases: no report written; --report FILE writes one)")
         failed = [o.case.id for o in outcomes if not o.passed]
         if failed:
             typer.secho(f"{len(failed)} of {len(outcomes)} cases failed: {', '.join(failed)}",

@@ -309,8 +309,26 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
                                                   f"or preset: NAME), got {_describe_input(hw)}")])
+        _check_device_kind(hw, str(hw_file))
         data["hw"] = hw
     return _resolve_with_overrides(data, overrides, source)
+
+
+def _check_device_kind(hw: dict, source: str) -> None:
+    """A --hw file must describe a device: a part of another category (a DRAM, a NoC)
+    would otherwise be reported as a device missing all its fields."""
+    from npusim.core import registry
+
+    kind = hw.get("kind")
+    devices = sorted(registry.entries("device"))
+    if not isinstance(kind, str) or kind in devices:
+        return
+    others = [category for category in registry.categories()
+              if category != "device" and kind in registry.entries(category)]
+    what = f"a {others[0]} part" if others else "not a registered kind"
+    raise ConfigError(source, [("kind", f"{kind!r} is {what}, not a device; --hw expects a "
+                                        f"device (kind: {', '.join(devices)}) or "
+                                        "'preset: npu/NAME'")])
 
 
 def _anchor_files(data: Any, base_dir: Path) -> None:

@@ -46,6 +46,9 @@ class ConfigError(NpusimError):
     def __init__(self, source: str, problems: list[tuple[str, str]]):
         self.source = source
         self.problems = problems
+        if len(problems) == 1 and not problems[0][0]:  # about the file as a whole
+            super().__init__(f"{source}: {problems[0][1]}")
+            return
         lines = [f"{source}: invalid configuration ({len(problems)} problem"
                  f"{'s' if len(problems) != 1 else ''})"]
         lines += [f"  {path or '<root>'}: {message}" for path, message in problems]

@@ -391,6 +391,9 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
     shim = SimpleNamespace(
         dtype_bytes=config.dtype_bytes, kv_dtype_bytes=config.kv_dtype_bytes, tp=tp,
         prefill_chunk=iteration_tokens, prompt_len=iteration_tokens,
+        iteration_tokens_setting="workload.scheduler.max_batch_tokens (token_budget with "
+                                 "chunked_prefill, plus a request's tokens with chunk_kv: "
+                                 "recompute)",
         # Plan for the smallest useful KV (one token); requests that can never fit are
         # rejected one by one by the engine, with the reason.
         batch=1, total_len=1, weight_tile_bytes=config.weight_tile_bytes,

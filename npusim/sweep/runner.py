@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from npusim.core.console import console
 from npusim.core.errors import NpusimError
 from npusim.sweep.spec import Point, SweepSpec, load_spec
 from npusim.sweep.store import ResultStore, flatten_metrics
@@ -194,7 +195,6 @@ class _Progress:
         self.bar = None
         if not enabled or not total:
             return
-        from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
@@ -204,7 +204,7 @@ class _Progress:
                                        "skipped {task.fields[skipped]}  "
                                        "remaining {task.fields[left]}"),
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                            console=Console(stderr=True))
+                            console=console(stderr=True))
         self.task = self.bar.add_task(name, total=total, ok=0, failed=0, skipped=0,
                                       left=total)
         self.bar.start()

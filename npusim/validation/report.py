@@ -63,8 +63,9 @@ def markdown(outcomes: list[Outcome]) -> str:
 
 
 def print_table(outcomes: list[Outcome]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from npusim.core.console import console
 
     table = Table(title="npusim validate", show_lines=False)
     for name in HEADER[:9]:
@@ -72,4 +73,4 @@ def print_table(outcomes: list[Outcome]) -> None:
     for row in rows(outcomes):
         style = "green" if row[8] == "pass" else "red"
         table.add_row(*row[:8], f"[{style}]{row[8]}[/{style}]")
-    Console().print(table)
+    console().print(table)

@@ -129,3 +129,37 @@ def test_gemm_weight_tiles_that_do_not_fit_sram_are_an_error(tmp_path, capsys):
     code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--out", tmp_path,
                             "--set", "workload.repeat=100000000"], capsys)
     assert code == 2 and "workload.repeat" in err and "1000000" in err
+
+
+# -- a new-user walkthrough (session 16) ----------------------------------------------------
+
+def test_a_file_level_problem_is_one_line_naming_the_file(tmp_path, capsys):
+    # was "x.yaml: invalid configuration (1 problem)\n  <root>: file not found"
+    code, _, err = run_cli(["run", tmp_path / "nonexist.yaml"], capsys)
+    assert code == 2 and err.strip() == f"error: {tmp_path / 'nonexist.yaml'}: file not found"
+    code, _, err = run_cli(["run", SCENARIOS / "qwen3_4b_npu64.yaml", "--model", "nope",
+                            "--out", tmp_path], capsys)
+    assert code == 2 and "<root>" not in err and err.count("invalid configuration") == 1
+    assert "workload.model: nope: no such file and no shipped model of that name" in err
+
+
+def test_hw_given_a_part_that_is_not_a_device_says_so(tmp_path, capsys):
+    # a DRAM preset as --hw listed 34 problems of a device missing its fields
+    code, _, err = run_cli(["run", QUICKSTART, "--hw", REPO_ROOT / "hwconfigs/memory/hbm2e.yaml",
+                            "--out", tmp_path], capsys)
+    assert code == 2 and "(1 problem)" in err
+    assert "kind: 'dram' is a memory part, not a device; --hw expects a device (kind: npu)" in err
+
+
+def test_a_bad_validate_selection_prints_only_the_error(capsys):
+    code, out, err = run_cli(["validate", "--suite", "nope"], capsys)
+    assert code == 2 and "no suite 'nope'" in err and "selection" not in out
+
+
+def test_piped_tables_are_not_wrapped_at_80_columns(monkeypatch):
+    from npusim.core.console import PIPE_COLUMNS, console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert not console().is_terminal and console().width == PIPE_COLUMNS  # (pytest captures)
+    monkeypatch.setenv("COLUMNS", "123")
+    assert console(stderr=True).width == 123

@@ -124,6 +124,20 @@ def test_a_model_that_does_not_fit_says_by_how_much():
         simulate(SCENARIO, overrides=["run.mode=analytic", "workload.model=qwen3_32b", "hw.hbm=null"])
 
 
+def test_buffers_larger_than_a_cores_sram_name_the_per_core_sizes_and_the_settings():
+    # Switching to the 16 MiB-per-core preset: the buffers were compared with the SRAM of
+    # the cores in use ("the chip has 2.2 GiB" on a 4 GiB chip) and prefill_chunk went
+    # unnamed.
+    with pytest.raises(MappingError) as caught:
+        simulate(SCENARIO, overrides=["run.mode=analytic", "hw.preset=npu/small_core_256"])
+    message = str(caught.value)
+    assert "each core needs 17.5 MiB of SRAM" in message and "but has 16 MiB" in message
+    assert "workload.prefill_chunk" in message and "= 1024" in message
+    assert "workload.weight_tile_bytes" in message
+    # and what it suggests works
+    assert run("hw.preset=npu/small_core_256", "workload.prefill_chunk=256").metrics["ttft_ps"] > 0
+
+
 @pytest.mark.parametrize("override, message", [
     ("workload.placement=spiral", "unknown placement 'spiral'; known: linear_interleave"),
     ("workload.partition=diagonal", "unknown partition 'diagonal'; known: k, mn, mnk"),

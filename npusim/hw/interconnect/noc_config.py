@@ -106,7 +106,8 @@ class NocConfig(PartConfig):
             raise ValueError(
                 f"link_bandwidth_bps ({bandwidth} B/s) does not match flit_bytes x freq_hz "
                 f"({flit} B x {self.freq_hz} Hz = {implied} B/s); a link moves one flit per "
-                "cycle, so give only one of them or make them agree")
+                "cycle, so give only one of them (null the other: config.resolved.yaml "
+                "lists both, the one not given derived) or make them agree")
         if self.topology == "ring" and self.width * self.height < 3:
             raise ValueError(f"a ring needs at least 3 nodes, got width x height = "
                              f"{self.width * self.height}")

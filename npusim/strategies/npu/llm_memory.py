@@ -129,6 +129,20 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
 
     buffers = (ACTIVATION_BUFFERS * -(-_largest_activation_bytes(model, config) // tp)
                + STREAM_BUFFERS * config.weight_tile_bytes)
+    if buffers > sram_bytes:  # per core: say what sizes them and what to change
+        from npusim.core.errors import MappingError
+        from npusim.core.units import format_bytes
+
+        tokens = (config.prefill_chunk or config.prompt_len) * config.batch
+        setting = getattr(config, "iteration_tokens_setting",
+                          "workload.prefill_chunk x batch (prefill_chunk 0: the whole prompt_len)")
+        raise MappingError(
+            f"{model.name}: each core needs {format_bytes(buffers)} of SRAM for activation and "
+            f"weight-tile buffers ({ACTIVATION_BUFFERS} activations of {tokens} tokens over "
+            f"TP {tp}, {STREAM_BUFFERS} tiles of {format_bytes(config.weight_tile_bytes)}) but "
+            f"has {format_bytes(sram_bytes)}; expected fewer tokens per iteration ({setting} = "
+            f"{tokens}), smaller weight tiles (workload.weight_tile_bytes), a larger TP "
+            "(workload.tp) or more SRAM per core (hw.core.sram.capacity_bytes)")
     check_model_fits(model.params_total * config.dtype_bytes,
                      config.batch * config.total_len * kv_per_token_layer * model.num_hidden_layers,
                      sram_bytes * used_cores, hbm_bytes * used_cores,
