@@ -2,7 +2,8 @@
 
 Every function draws into ``ax`` when given, else into a new Figure, and returns the
 Figure; :func:`save_figure` writes it as PNG, SVG or PDF by the file's suffix.  Time
-columns (``*_ps``) are shown in a readable unit (ns, us, ms or s).
+columns (``*_ps``) are shown in a readable unit (ns, us, ms or s), swept sizes,
+bandwidths and clocks (``*_bytes``, ``*_bps``, ``*_hz``) as ``128 MiB``, ``16 GB/s``, ``1 GHz``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,34 @@ def _scale(column: str, values) -> tuple[float, str]:
     return 1.0, f"{str(column)[:-3]} (ps)"
 
 
+_UNIT_SUFFIXES = ("_bytes", "_bps", "_hz")
+
+
+def _has_unit(column: str) -> bool:
+    return str(column).rsplit(".", 1)[-1].endswith(_UNIT_SUFFIXES)
+
+
+def _tick(column: str, value: Any) -> str:
+    """A swept value as a tick label: sizes, bandwidths and clocks in readable units
+    (``128 MiB``, ``16 GB/s``, ``1 GHz``; units live in the column names), else as is."""
+    name = str(column).rsplit(".", 1)[-1]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if name.endswith("_bytes"):
+        from npusim.core.units import format_bytes
+
+        return format_bytes(number)
+    for suffix, unit in (("_bps", "B/s"), ("_hz", "Hz")):
+        if name.endswith(suffix):
+            for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+                if abs(number) >= scale:
+                    return f"{number / scale:.3g} {prefix}{unit}"
+            return f"{number:g} {unit}"
+    return f"{number:g}" if isinstance(value, float) else str(value)
+
+
 def _ok(frame: "pd.DataFrame") -> "pd.DataFrame":
     return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
 
@@ -76,9 +105,12 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
                 label=None if hue is None else f"{hue}={value}")
     if logx:
         ax.set_xscale("log", base=2)
+    from pandas.api.types import is_numeric_dtype
+
+    if logx or (_has_unit(x) and is_numeric_dtype(data[x])):
         ticks = sorted(set(float(v) for v in data[x]))
         if len(ticks) <= 12:  # label the swept values themselves, not powers of two
-            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.set_xticks(ticks, [_tick(x, t) for t in ticks])
             ax.xaxis.set_minor_locator(_null_locator())
     if logy:
         ax.set_yscale("log")
@@ -111,8 +143,8 @@ def plot_heatmap(frame: "pd.DataFrame", x: str, y: str, value: str,
     grid = table.to_numpy(dtype=float) / factor
     ax = _axes(ax)
     image = ax.imshow(grid, origin="lower", aspect="auto", cmap=cmap)
-    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
-    ax.set_yticks(range(len(table.index)), [str(i) for i in table.index])
+    ax.set_xticks(range(len(table.columns)), [_tick(x, c) for c in table.columns])
+    ax.set_yticks(range(len(table.index)), [_tick(y, i) for i in table.index])
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.figure.colorbar(image, ax=ax, label=label)

@@ -297,3 +297,20 @@ def test_a_line_plot_says_when_each_marker_averages_other_parameters():
     assert averaged.get_title() == "y vs x (mean over the other parameters)"
     assert list(averaged.lines[0].get_ydata()) == [2.0, 3.0]
     assert analysis.plot_metric(frame, "x", "y", hue="z").axes[0].get_title() == "y vs x"
+
+
+def test_swept_sizes_bandwidths_and_clocks_are_labelled_in_their_units():
+    # were raw integers (134217728, 16000000000) beside time axes shown in ms
+    frame = pd.DataFrame({"hw.core.sram.capacity_bytes": [2**24, 2**27] * 2,
+                          "hw.hbm.bandwidth_bps": [16 * 10**9] * 2 + [32 * 10**9] * 2,
+                          "hw.noc.freq_hz": [10**9] * 4,
+                          "metrics.latency_ps": [4e9, 3e9, 2e9, 1e9]})
+    heat = analysis.plot_heatmap(frame, "hw.core.sram.capacity_bytes", "hw.hbm.bandwidth_bps",
+                                 "metrics.latency_ps").axes[0]
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["16 MiB", "128 MiB"]
+    assert [t.get_text() for t in heat.get_yticklabels()] == ["16 GB/s", "32 GB/s"]
+    line = analysis.plot_metric(frame, "hw.core.sram.capacity_bytes", "metrics.latency_ps").axes[0]
+    assert [t.get_text() for t in line.get_xticklabels()] == ["16 MiB", "128 MiB"]
+    assert line.get_ylabel() == "metrics.latency (ms)"
+    clock = analysis.plot_metric(frame, "hw.noc.freq_hz", "metrics.latency_ps", logx=True).axes[0]
+    assert [t.get_text() for t in clock.get_xticklabels()] == ["1 GHz"]
