@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from npusim.config.presets import load_preset, parse_yaml, read_yaml
+from npusim.config.presets import load_preset, locate, parse_yaml, read_yaml
 from npusim.core.errors import ConfigError
 
 _MAX_PRESET_DEPTH = 16
@@ -294,7 +294,8 @@ def validate(model: Any, data: Any, source: str) -> Any:
 def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Path | None = None) -> dict:
     """The scenario as a plain mapping with presets resolved and overrides applied."""
     source = str(path)
-    data = read_yaml(Path(path))
+    path = locate(path)
+    data = read_yaml(path)
     if data is None:
         raise ConfigError(source, [("", "file is empty; expected a scenario mapping")])
     if not isinstance(data, dict):
@@ -305,7 +306,7 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
                                         "base: scenario with `npusim run`")])
     _anchor_files(data, Path(path).resolve().parent)
     if hw_file is not None:
-        hw = read_yaml(Path(hw_file))
+        hw = read_yaml(locate(hw_file))
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
                                                   f"or preset: NAME), got {_describe_input(hw)}")])

@@ -124,6 +124,17 @@ def _check_expanded_size(data: Any) -> None:
             pending.extend(value)
 
 
+def locate(path: str | Path) -> Path:
+    """``path`` as given, or, when it is relative and not found from the working
+    directory, the shipped file of that name in the npusim checkout (``npusim list``
+    shows scenarios and sweeps by their checkout-relative paths)."""
+    given = Path(path)
+    if given.is_absolute() or given.exists():
+        return given
+    shipped = REPO_ROOT / given
+    return shipped if shipped.is_file() else given
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; a syntax error, a duplicate key, a file that is not UTF-8 text
     or a missing file becomes a :class:`ConfigError`."""

@@ -181,9 +181,10 @@ def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> 
     """Read and check a sweep spec YAML file; ``extra_set`` (``path=value`` texts, as
     ``npusim sweep --set`` gives them) are appended to its ``set:`` and apply to every
     point (a later one wins, as with ``npusim run --set``)."""
-    from npusim.config.presets import read_yaml
+    from npusim.config.presets import locate, read_yaml
 
-    path = Path(path)
+    source = str(path)
+    path = locate(path)
     data = read_yaml(path)
     given = data.get("set") if isinstance(data, Mapping) else None
     if extra_set and (given is None or isinstance(given, (list, Mapping))):
@@ -191,7 +192,7 @@ def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> 
         if isinstance(given, Mapping):
             given = [format_override(str(p), v) for p, v in given.items()]
         data = {**data, "set": [*(given or []), *extra_set]}
-    return spec_from_dict(data, source=str(path), root=path.parent, default_name=path.stem)
+    return spec_from_dict(data, source=source, root=path.parent, default_name=path.stem)
 
 
 def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None = None,

@@ -163,3 +163,19 @@ def test_piped_tables_are_not_wrapped_at_80_columns(monkeypatch):
     assert not console().is_terminal and console().width == PIPE_COLUMNS  # (pytest captures)
     monkeypatch.setenv("COLUMNS", "123")
     assert console(stderr=True).width == 123
+
+
+def test_shipped_files_run_by_the_paths_npusim_list_shows_from_any_directory(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # not the checkout: 'file not found' before
+    code, _, err = run_cli(["run", "workloads/scenarios/quickstart.yaml", "--mode", "analytic",
+                            "--hw", "hwconfigs/npu/large_core_64.yaml", "--out", "q", "-q"],
+                           capsys)
+    assert code == 0, err
+    assert (tmp_path / "q" / "metrics.json").is_file()
+    from npusim.sweep.spec import load_spec
+
+    assert len(load_spec("workloads/sweeps/quickstart_grid.yaml").points()) > 1
+    (tmp_path / "workloads").mkdir()  # a file of that name here wins
+    code, _, err = run_cli(["run", "workloads/x.yaml"], capsys)
+    assert code == 2 and "workloads/x.yaml: file not found" in err
