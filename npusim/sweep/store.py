@@ -60,17 +60,25 @@ class StoreError(NpusimError):
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "metrics") -> dict[str, Any]:
-    """Scalar metrics as ``{"metrics.a.b": value}``; lists are kept as JSON text."""
+    """Scalar metrics as ``{"metrics.a.b": value}``; lists, and mappings keyed by free
+    text (the energy basis per DRAM ``standard`` string, with spaces and commas), are
+    kept as JSON text rather than spread over columns no one can type."""
     flat: dict[str, Any] = {}
     for name, value in metrics.items():
         key = f"{prefix}.{name}"
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and any(_free_text(k) for k in value):
+            flat[key] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, Mapping):
             flat.update(flatten_metrics(value, key))
         elif isinstance(value, (list, tuple)):
             flat[key] = json.dumps(value)
         else:
             flat[key] = value
     return flat
+
+
+def _free_text(key: Any) -> bool:
+    return not isinstance(key, str) or any(c.isspace() or c in ",/" for c in key)
 
 
 def _atomic_write(table, path: Path) -> None:

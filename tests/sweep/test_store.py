@@ -22,6 +22,13 @@ def test_flatten_metrics_nests_with_dots():
     flat = flatten_metrics({"latency_ps": 5, "memo": {"hits": 1, "deep": {"x": 2}}, "ids": [1, 2]})
     assert flat == {"metrics.latency_ps": 5, "metrics.memo.hits": 1, "metrics.memo.deep.x": 2,
                     "metrics.ids": "[1, 2]"}
+    # a mapping keyed by free text (the energy basis per DRAM standard) stays one JSON
+    # column: it made columns like 'metrics.energy.basis.dram.HBM2E 3.2 Gb/s, 64-bit ...'
+    basis = {"dram": {"HBM2E 3.2 Gb/s, 64-bit pseudo-channel": {"activations": 4}},
+             "noc": {"hops_basis": "link_stats"}}
+    assert flatten_metrics({"energy": {"basis": basis}}) == {
+        "metrics.energy.basis.dram": '{"HBM2E 3.2 Gb/s, 64-bit pseudo-channel": {"activations": 4}}',
+        "metrics.energy.basis.noc.hops_basis": "link_stats"}
 
 
 def test_parts_compaction_and_reader(tmp_path):
