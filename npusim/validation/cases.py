@@ -92,7 +92,8 @@ class Case(NumbersNotBooleans):
     tolerance: float = Field(0.10, ge=0, description="Allowed relative error.")
     kind: Literal["absolute", "ratio", "trend"] = "absolute"
     role: Literal["calibration", "prediction"] = "prediction"
-    source: str = Field(description="Seed file + section, or components.md row.")
+    source: str = Field(description="Paper (short name, arXiv id) + section, or the row of "
+                                    "the component reference sheet.")
     slow: bool = Field(False, description="Excluded from the default test run.")
     notes: str = ""
     known_gap: str = Field(

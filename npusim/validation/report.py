@@ -48,6 +48,13 @@ def markdown(outcomes: list[Outcome]) -> str:
              "parameters, or a workload setting their paper does not give (the request rate "
              "of NpuSim Fig. 11's runs); *prediction* cases were not used for any parameter.",
              "",
+             "Sources: the papers are listed in [README.md](README.md#sources) (NpuSim is "
+             "arXiv:2510.05632). `components.md` is the project's component reference sheet "
+             "(not published); its rows are results of public simulators: DRAMsim3 "
+             "(github.com/umd-memsys/DRAMsim3) for DRAM, BookSim2 (github.com/booksim/booksim2) "
+             "for the NoC, SCALE-Sim v2 (github.com/scalesim-project/scale-sim-v2) for "
+             "systolic arrays ([hardware-model.md](hardware-model.md) gives each one's setup).",
+             "",
              f"Summary: **{passed} of {len(outcomes)} cases pass** "
              f"(generated {_dt.date.today().isoformat()}).", ""]
     for role in ("calibration", "prediction"):

@@ -21,7 +21,7 @@ CLAIMS = {
     "npu/ascend_910b": (24, (6, 4), 1_800_000_000, "14.7 TFLOP/s"),
 }
 
-# NpuSim Table 3 (004_52803077b6887a47.txt L692-701): (lo, hi) per parameter.
+# NpuSim Table 3 (Zhu et al., arXiv:2510.05632): (lo, hi) per parameter.
 TABLE3 = {
     "npu/large_core_64": {"sa": (32, 128), "lanes": (32, 128), "sram_mb": (8, 128),
                           "noc_gbps": (16, 480), "hbm_gbps": (30, 480)},
