@@ -103,12 +103,9 @@ class ServingDriver(KvAdmission):
                            and not s.rejected and not s.prefill_done
                            and (s.replica is None or s.replica == replica.index)]
                 queued[replica.index] = len(waiting)
-                if swapped[replica.index]:  # swapped-out requests come back before new
-                    # ones, unless (order: priority) a new one outranks them all
-                    top = (min(s.request.priority for s in swapped[replica.index])
-                           if self.config.scheduler.order == "priority" else None)
-                    waiting = [s for s in waiting if s.admitted
-                               or (top is not None and s.request.priority < top)]
+                if swapped[replica.index]:  # swapped-out requests come back first
+                    waiting = self.schedulers[replica.index].ahead_of_swapped(
+                        waiting, swapped[replica.index])
                 for state in waiting:
                     if not state.admitted:  # what this replica's cache already holds
                         self._look_up_prefix(state, pools[replica.index])

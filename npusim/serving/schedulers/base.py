@@ -99,6 +99,16 @@ class OrderedScheduler:
         """Decoding ``entries`` in the order they give up their KV when it runs out."""
         return preemption_order(entries, self.config.order)
 
+    def ahead_of_swapped(self, waiting: list[RequestState],
+                         swapped: list[RequestState]) -> list[RequestState]:
+        """Of ``waiting``, those that may run before the ``swapped``-out requests come
+        back: the admitted ones, and with ``priority`` order new prompts that outrank
+        every swapped-out request."""
+        top = (min(s.request.priority for s in swapped)
+               if self.config.order == "priority" and swapped else None)
+        return [s for s in waiting
+                if s.admitted or (top is not None and s.request.priority < top)]
+
     def priority_victims(self, view: SchedulerView) -> list[RequestState]:
         """Running requests to preempt so that the first waiting prompt (in service
         order) that is not yet admitted fits: those of a lower priority, lowest and
