@@ -64,16 +64,13 @@ def _tick(column: str, value: Any) -> str:
         number = float(value)
     except (TypeError, ValueError):
         return str(value)
-    if name.endswith("_bytes"):
-        from npusim.core.units import format_bytes
+    from npusim.core.units import format_bytes, format_si
 
+    if name.endswith("_bytes"):
         return format_bytes(number)
     for suffix, unit in (("_bps", "B/s"), ("_hz", "Hz")):
         if name.endswith(suffix):
-            for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-                if abs(number) >= scale:
-                    return f"{number / scale:.3g} {prefix}{unit}"
-            return f"{number:g} {unit}"
+            return format_si(number, unit)
     return f"{number:g}" if isinstance(value, float) else str(value)
 
 

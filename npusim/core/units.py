@@ -205,3 +205,12 @@ def format_bytes(size: int | float) -> str:
         if abs(size) >= scale:
             return f"{size / scale:.3g} {unit}"
     return f"{size:.0f} B"
+
+
+def format_si(value: int | float, unit: str) -> str:
+    """Human-readable rate with decimal prefixes (``16 GB/s``, ``1 GHz``): bandwidths
+    and clocks are decimal, as their datasheets give them."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:g} {unit}"
