@@ -18,8 +18,10 @@ from npusim import __version__
 from npusim.core import registry
 from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, TraceError,
                                  with_source)
+from npusim.core.units import PS_PER_S
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
+from npusim.hw.base import ComputeUnit, MemoryTarget
 from npusim.metrics.result import Result
 from npusim.workload.program import Program
 
@@ -139,6 +141,7 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
     unit_stats = session.unit_stats()
     metrics = _metrics(latency_ps, unit_stats, info, session.memo, session.events,
                        session.transactions, segments, session.mode, scenario.name)
+    metrics.update(peak_utilisation(session.device, unit_stats, latency_ps))
     metrics["busy_by_op_ps"] = dict(sorted(session.busy_by_op.items()))
     metrics["trace_segments"] = len(set(session.columns["segment"]))
     metrics.update(extra)
@@ -156,6 +159,49 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
 def _level(unit: str) -> str:
     """Memory/network level of a part name: ``core3.hbm`` → ``hbm``, ``noc`` → ``noc``."""
     return unit.rsplit(".", 1)[-1] if "." in unit else unit
+
+
+def peak_utilisation(device, unit_stats: dict[str, dict[str, int]], latency_ps: int
+                     ) -> dict[str, Any]:
+    """Achieved rates as shares of the whole device's peaks over ``latency_ps``.
+
+    ``flops_utilisation`` is the FLOPs executed on units rated in FLOP/s (systolic arrays,
+    roofline engines) over ``latency_ps`` times the sum of every such unit's peak, idle
+    ones included: PaLM's hardware FLOPs utilisation (recomputed prefill counts, since
+    the hardware did it) against the chip.  ``flops_utilisation_of_used_units`` counts
+    only the peaks of the units that did any work (the cores a mapping used): its gap to
+    their ``unit_utilisation`` (busy time) is what array folds and fill/drain waste.
+    ``bandwidth_utilisation_by_level`` is the same for the bytes moved at each memory
+    level against the summed peak bandwidth of that level's parts (MBU for ``hbm``).
+    Units without a rated peak (vector units, the NoC) are left out.
+    """
+    peak_flops = 0.0
+    used_peak_flops = 0.0
+    rated_flops = 0
+    peak_bps: dict[str, int] = defaultdict(int)
+    moved: dict[str, int] = defaultdict(int)
+    for name, part in device.parts.items():
+        stats = unit_stats.get(name, {})
+        if isinstance(part, ComputeUnit) and part.peak_flops_per_s:
+            peak_flops += part.peak_flops_per_s
+            rated_flops += stats.get("flops", 0)
+            if stats.get("busy_ps"):
+                used_peak_flops += part.peak_flops_per_s
+        elif isinstance(part, MemoryTarget) and part.peak_bandwidth_bps:
+            level = _level(name)
+            peak_bps[level] += part.peak_bandwidth_bps
+            moved[level] += stats.get("bytes_read", 0) + stats.get("bytes_written", 0)
+    seconds = latency_ps / PS_PER_S
+    return {
+        "peak_flops_per_s": peak_flops,
+        "flops_utilisation": rated_flops / (peak_flops * seconds) if peak_flops and seconds else 0.0,
+        "flops_utilisation_of_used_units": (rated_flops / (used_peak_flops * seconds)
+                                            if used_peak_flops and seconds else 0.0),
+        "peak_bandwidth_bps_by_level": dict(sorted(peak_bps.items())),
+        "bandwidth_utilisation_by_level": {
+            level: (moved[level] / (peak * seconds) if seconds else 0.0)
+            for level, peak in sorted(peak_bps.items())},
+    }
 
 
 def _metrics(latency_ps: int, unit_stats: dict[str, dict[str, int]], info: dict[str, Any],

@@ -68,13 +68,26 @@ def _summary_table(result) -> None:
         for replica, its in metrics["iterations_by_replica"].items():
             table.add_row(f"{replica}: batch mean / KV peak",
                           f"{its['batch_requests_mean']:.1f} req / {100 * its['kv_utilisation_peak']:.0f}%")
+        flops_share = metrics.get("flops_utilisation_by_replica", {})
+        hbm_share = metrics.get("hbm_bandwidth_utilisation_by_replica", {})
         for replica, share in metrics.get("sa_utilisation_by_replica", {}).items():
-            table.add_row(f"{replica}: systolic arrays busy", f"{100 * share:.1f}%")
+            table.add_row(f"{replica}: arrays busy / MFU / HBM MBU",
+                          f"{100 * share:.1f}% / {100 * flops_share.get(replica, 0.0):.1f}% / "
+                          f"{100 * hbm_share.get(replica, 0.0):.1f}%")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
         table.add_row("compute throughput",
                       f"{metrics['throughput_flops_per_s'] / 1e12:.3f} TFLOP/s")
+    if metrics.get("peak_flops_per_s"):
+        # Against the whole chip, then against the arrays that did work (mapping studies
+        # use a few cores of many).
+        table.add_row("FLOPs of peak (MFU): chip / used units",
+                      f"{100 * metrics['flops_utilisation']:.1f}% / "
+                      f"{100 * metrics['flops_utilisation_of_used_units']:.1f}%")
+    for level, share in metrics.get("bandwidth_utilisation_by_level", {}).items():
+        if share:
+            table.add_row(f"bandwidth of peak @ {level}", f"{100 * share:.1f}%")
     for level, size in metrics["bytes_by_level"].items():
         if size:
             table.add_row(f"bytes moved @ {level}", format_bytes(size))

@@ -141,6 +141,9 @@ class MemoryTarget(Component):
     #: of an off-chip memory (weights, KV cache) that waits for nothing else can instead
     #: be issued ahead of the computation that needs it (prefetch).
     on_chip = False
+    #: Peak data bandwidth in bytes/s (the denominator of bandwidth utilisation, MBU);
+    #: ``None`` for a target without one.
+    peak_bandwidth_bps: int | None = None
 
     def access_time_ps(self, size_bytes: int, is_write: bool = False,
                        pattern: AccessPattern = SEQUENTIAL) -> int:
@@ -156,6 +159,9 @@ class ComputeUnit(Component):
     """A compute engine whose time for an op is a shape-aware formula."""
 
     category = "compute"
+    #: Peak dense FLOP/s (the denominator of FLOPs utilisation, MFU); ``None`` for a unit
+    #: whose work is not rated in FLOPs (a vector unit's ALU operations).
+    peak_flops_per_s: float | None = None
 
     def op_time_ps(self, op: Any) -> int:
         """Time to execute ``op`` (an :class:`npusim.mapping.taskgraph.Op`) on an idle unit."""

@@ -85,6 +85,17 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
     return rows
 
 
+def _rate_share(totals: dict[str, dict[str, int]], device, parts: list[str],
+                counters: tuple[str, ...], peak_attr: str, window_ps: int) -> float:
+    """Summed ``counters`` of ``parts`` per second of the window over their summed peak
+    (``peak_attr``); 0 without a window or a peak."""
+    peak = sum(getattr(device.parts[name], peak_attr) or 0 for name in parts)
+    if not peak or not window_ps:
+        return 0.0
+    done = sum(totals.get(name, {}).get(counter, 0) for name in parts for counter in counters)
+    return done / (peak * window_ps / PS_PER_S)
+
+
 def summarise(states: list[RequestState], driver, session, makespan_ps: int
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(rows, metrics)`` for a finished serving run.
@@ -153,12 +164,23 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["area_mm2"] = area
     metrics["throughput_tokens_per_s_per_mm2"] = (metrics["throughput_tokens_per_s"] / area["total"]
                                                   if area["total"] else 0.0)
-    # Utilisation of each role's systolic arrays over the run.
+    # Each replica's systolic arrays and HBM over the window: busy share, FLOPs against
+    # their peak (MFU) and bytes against the HBM peak (MBU); prefill pools are expected
+    # compute-bound, decode pools bandwidth-bound.
     totals = session.totals  # computed once: a sum over every distinct segment
-    util = {}
+    busy_share, flops_share, hbm_share = {}, {}, {}
     for replica in driver.replicas:
-        busy = sum(totals.get(f"core{c}.sa", {}).get("busy_ps", 0) for c in replica.cores)
         key = f"{replica.role}{replica.index}"
-        util[key] = busy / (len(replica.cores) * window_ps) if window_ps else 0.0
-    metrics["sa_utilisation_by_replica"] = util
+        arrays = [f"core{c}.sa" for c in replica.cores]
+        hbms = [f"core{c}.hbm" for c in replica.cores if f"core{c}.hbm" in driver.device.parts]
+        busy = sum(totals.get(name, {}).get("busy_ps", 0) for name in arrays)
+        busy_share[key] = busy / (len(arrays) * window_ps) if window_ps else 0.0
+        flops_share[key] = _rate_share(totals, driver.device, arrays, ("flops",),
+                                       "peak_flops_per_s", window_ps)
+        hbm_share[key] = _rate_share(totals, driver.device, hbms,
+                                     ("bytes_read", "bytes_written"), "peak_bandwidth_bps",
+                                     window_ps)
+    metrics["sa_utilisation_by_replica"] = busy_share
+    metrics["flops_utilisation_by_replica"] = flops_share
+    metrics["hbm_bandwidth_utilisation_by_replica"] = hbm_share
     return rows, metrics

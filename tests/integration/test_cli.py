@@ -37,7 +37,7 @@ def test_the_serving_summary_names_the_makespan_and_each_pool(tmp_path, capsys):
                             "--set", "workload.trace.limit=4"], capsys)
     assert code in (0, None)
     assert "simulated time (makespan)" in out and "compute throughput" in out
-    assert "decode0: systolic arrays busy" in out and "prefill1: systolic arrays busy" in out
+    assert "decode0: arrays busy / MFU / HBM MBU" in out and "prefill1: arrays busy" in out
     assert out.count("│ throughput ") == 1  # tokens/s; FLOP/s is "compute throughput"
     assert "run.trace is false: ops.csv and trace.json hold no per-task rows" in out
 

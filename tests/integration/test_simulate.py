@@ -28,6 +28,28 @@ def test_quickstart_runs_in_both_modes_and_reports_every_level():
         assert result.ops["end_ps"].max() == metrics["latency_ps"]
 
 
+def test_peak_utilisation_is_work_over_the_chip_and_over_the_used_units():
+    result = simulate(QUICKSTART, mode="analytic")
+    metrics, seconds = result.metrics, result.metrics["latency_s"]
+    array_flops = sum(stats["flops"] for unit, stats in result.unit_stats.items()
+                      if unit.endswith(".sa"))
+    # 64 arrays on the chip, 4 of them used; each a 128x128 array at 500 MHz (16.4 TFLOP/s).
+    assert metrics["peak_flops_per_s"] == pytest.approx(64 * 2 * 128 * 128 * 500e6)
+    assert metrics["flops_utilisation"] == pytest.approx(
+        array_flops / (metrics["peak_flops_per_s"] * seconds))
+    assert metrics["flops_utilisation_of_used_units"] == pytest.approx(
+        16 * metrics["flops_utilisation"])
+    # Weight-stationary 256-row tiles: each 128x128 fold computes for 256 of its 512
+    # cycles (the other half fills and drains), so the arrays do half their peak's work
+    # while busy.
+    busy = metrics["unit_utilisation"]["core0.sa"]
+    assert metrics["flops_utilisation_of_used_units"] == pytest.approx(busy / 2, rel=0.02)
+    hbm = metrics["bandwidth_utilisation_by_level"]["hbm"]
+    assert hbm == pytest.approx(metrics["bytes_by_level"]["hbm"]
+                                / (metrics["peak_bandwidth_bps_by_level"]["hbm"] * seconds))
+    assert 0 < hbm < 1
+
+
 def test_same_config_gives_byte_identical_metrics(tmp_path):
     first = simulate(QUICKSTART).write(tmp_path / "a")
     second = simulate(QUICKSTART).write(tmp_path / "b")

@@ -101,6 +101,14 @@ def test_disaggregation_moves_kv_over_the_noc_and_decodes_on_other_cores():
     assert labels.str.startswith("kv ").sum() == 8  # one KV hand-over per request
     util = result.metrics["sa_utilisation_by_replica"]
     assert util["decode0"] > 0 and util["prefill1"] > 0
+    # Decode streams every weight for a handful of tokens: its arrays are busy but do a
+    # small share of their peak FLOPs, and its HBM is the busier resource; no share
+    # exceeds the arrays' busy time or 1.
+    flops = result.metrics["flops_utilisation_by_replica"]
+    hbm = result.metrics["hbm_bandwidth_utilisation_by_replica"]
+    assert set(flops) == set(hbm) == set(util)
+    assert all(0 < flops[r] <= util[r] for r in util), (flops, util)
+    assert hbm["decode0"] > 10 * flops["decode0"] and hbm["decode0"] < 1
 
 
 def test_kv_hand_overs_spread_over_every_decode_replica():

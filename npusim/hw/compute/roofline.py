@@ -124,6 +124,12 @@ class RooflineUnit(ComputeUnit):
             return 0.0
         return cfg.efficiency_max * flops / (flops + cfg.efficiency_half_flops)
 
+    @property
+    def peak_flops_per_s(self) -> float:
+        """The default peak (``config.peak_flops_per_s``: operands without their own
+        entry in ``peak_flops_per_s_by_dtype_bytes``)."""
+        return self.config.peak_flops_per_s
+
     def peak_for(self, dtype_bytes: int) -> float:
         """Peak FLOP/s for operands of ``dtype_bytes`` bytes."""
         return self.config.peak_flops_per_s_by_dtype_bytes.get(dtype_bytes,
