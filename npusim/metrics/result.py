@@ -46,7 +46,18 @@ class Result:
 
         if name not in self.tables:
             raise KeyError(f"no table {name!r}; this result has: {', '.join(self.tables) or 'none'}")
-        return pd.DataFrame(self.tables[name])
+        raw = self.tables[name]
+        frame = pd.DataFrame(raw)
+        # An integer column with gaps (a rejected request has no first_token_ps) would
+        # become float64 and print as 4.07e10-style "40789163616.0": keep it integral with
+        # pandas' nullable Int64 (an empty cell in the CSV), built from the exact values.
+        for column in frame.columns:
+            if frame[column].dtype.kind != "f" or not frame[column].isna().any():
+                continue
+            values = raw[column] if isinstance(raw, dict) else [row.get(column) for row in raw]
+            if all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
+                frame[column] = pd.array(values, dtype="Int64")
+        return frame
 
     @property
     def requests(self) -> "pd.DataFrame":

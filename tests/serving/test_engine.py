@@ -312,6 +312,15 @@ def test_a_request_past_the_models_context_window_is_rejected_with_a_reason(tmp_
                                         f"workload.trace.file={trace}"]).requests
     assert table["status"].tolist() == ["rejected", "finished"]
     assert "40961 tokens exceed qwen3_1_7b's context window of 40960" in table["reason"][0]
+    # The rejected row's empty times keep the finished row's integral: no "1234.0" in
+    # requests.csv.
+    assert str(table["first_token_ps"].dtype) == "Int64" and table["first_token_ps"].isna()[0]
+    simulate(FUSION, overrides=["workload.model=qwen3_1_7b",
+                                f"workload.trace.file={trace}"]).write(tmp_path / "out")
+    lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    finished = dict(zip(lines[0].split(","), lines[2].split(",")))
+    for column in ("first_token_ps", "finish_ps", "ttft_ps", "max_tbt_ps", "replica"):
+        assert finished[column].isdigit(), (column, finished[column])
 
 
 def test_the_serving_window_runs_from_the_first_arrival_to_the_last_work(tmp_path):
