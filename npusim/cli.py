@@ -7,7 +7,6 @@ exit non-zero; only bugs show a traceback.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -18,6 +17,7 @@ from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_o
                                trace_option, trace_override)
 from npusim.cli_common import guard as _guard
 from npusim.core.console import console
+from npusim.core.json_keys import natural_key
 from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, NpusimError,
                                  TraceError, with_source)
 
@@ -93,7 +93,7 @@ def _summary_table(result) -> None:
             table.add_row(f"bytes moved @ {level}", format_bytes(size))
     # The five busiest units; equal shares in natural order (core2 before core10).
     busiest = sorted(metrics["unit_utilisation"].items(),
-                     key=lambda kv: (-kv[1], _natural(kv[0])))[:5]
+                     key=lambda kv: (-kv[1], natural_key(kv[0])))[:5]
     for unit, share in busiest:
         if share > 0:
             table.add_row(f"utilisation {unit}", f"{100 * share:.1f}%")
@@ -102,11 +102,6 @@ def _summary_table(result) -> None:
     table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
     table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")
     console().print(table)
-
-
-def _natural(name: str) -> tuple:
-    """Sort key that orders the numbers inside a name by value (core2 before core10)."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def _milliseconds(values: list[float]) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from npusim.core.errors import OutputError
+from npusim.core.json_keys import naturally_ordered
 from npusim.metrics.perfetto import build_trace, write_trace
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class Result:
             with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out) as staging_dir:
                 staging = Path(staging_dir)
                 (staging / "metrics.json").write_text(
-                    json.dumps(self.metrics, indent=2, sort_keys=True) + "\n")
+                    json.dumps(naturally_ordered(self.metrics), indent=2) + "\n")
                 self.ops.to_csv(staging / "ops.csv", index=False)
                 self.segments.to_csv(staging / "segments.csv", index=False)
                 for name in self.tables:
