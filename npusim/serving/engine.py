@@ -163,6 +163,66 @@ class ServingDriver(KvAdmission):
             if progress is not None:  # a rejected request is done too: the bar reaches the end
                 progress(done_count, len(states))
 
+        def settle(replica: Replica, victims: list[RequestState], now: int) -> None:
+            """After ``victims`` were preempted on ``replica``: a recompute victim prefills
+            again (or is rejected if it never can); a swap victim's KV goes out to the host,
+            a timed transfer, and it queues to come back."""
+            for state in victims:
+                if not state.swapped:  # recompute: it prefills again, if it can
+                    reason = self._recompute_blocked(state)
+                    if reason:
+                        reject(state, reason)
+                    continue
+                # swap preemption: KV out to host memory
+                graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
+                                      self.swap_host, out=True)
+                run = session.run(graph, f"swap-out {state.id} r{replica.index}", now)
+                state.ready_ps = now + run.makespan_ps  # back in only once it is out
+                swapped[replica.index].append(state)
+                heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
+            # Swapped requests come back oldest first (highest priority first, then
+            # oldest, with order: priority).
+            swapped[replica.index].sort(key=lambda s: (s.request.arrival_ps, s.index))
+            swapped[replica.index] = self.schedulers[replica.index].service_order(
+                swapped[replica.index])
+
+        def swap_in_need(replica: Replica, state: RequestState) -> int:
+            """KV a swapped-out request reserves coming back: as at admission, the whole
+            request under max-length reservation (its decodes then grow nothing), else
+            the KV it had."""
+            return state.max_tokens if reserves_max(replica) else state.kv_tokens
+
+        def may_enter(replica: Replica, state: RequestState) -> bool:
+            """Whether a handed-over request may take KV on decode ``replica`` now: its
+            swapped-out requests come back first, unless ``state`` outranks them all."""
+            waiting = swapped[replica.index]
+            return not waiting or bool(self.schedulers[replica.index].ahead_of_swapped(
+                [state], waiting))
+
+        def make_room_for_handover(replica: Replica, head: RequestState, headroom: int,
+                                   now: int) -> None:
+            """Priority preemption on a decode replica (scheduler.preempt_lower_priority):
+            a handed-over request whose KV does not fit preempts running requests of a
+            lower class, as a waiting prompt does on the replicas that prefill."""
+            pool = pools[replica.index]
+            need = pool.charge(self._handover_need(head) + headroom)
+            if need <= pool.free_tokens:
+                return
+            view = views(replica, now)
+            view.waiting = [head]
+            view.kv_cost = lambda state, tokens: need
+            victims = self.schedulers[replica.index].priority_victims(view)
+            if not victims:
+                return
+            for state in victims:
+                self._preempt(replica, state, pool)
+            settle(replica, victims, now)
+            log.record(replica=replica, entries=[], start_ps=now, end_ps=now, kv=pool,
+                       waiting=len(pending_decode[replica.index]),
+                       running=len(view.running) - len(victims), preempted=len(victims))
+            if any(not state.swapped for state in victims):  # the prefill pool redoes them
+                heapq.heappush(events, (now, next(counter), "wake", replica))
+
         def launch(replica: Replica, now: int) -> bool:
             view = views(replica, now)
             scheduler = self.schedulers[replica.index]
@@ -195,24 +255,7 @@ class ServingDriver(KvAdmission):
                         state.admitted = True
                         state.replica = replica.index
                     state.in_flight = True
-            for state in victims:
-                if not state.swapped:  # recompute: it prefills again, if it can
-                    reason = self._recompute_blocked(state)
-                    if reason:
-                        reject(state, reason)
-                    continue
-                # swap preemption: KV out to host memory
-                graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
-                                      self.swap_host, out=True)
-                run = session.run(graph, f"swap-out {state.id} r{replica.index}", now)
-                state.ready_ps = now + run.makespan_ps  # back in only once it is out
-                swapped[replica.index].append(state)
-                heapq.heappush(events, (state.ready_ps, next(counter), "swap", None))
-            # Swapped requests come back oldest first (highest priority first, then
-            # oldest, with order: priority).
-            swapped[replica.index].sort(key=lambda s: (s.request.arrival_ps, s.index))
-            swapped[replica.index] = self.schedulers[replica.index].service_order(
-                swapped[replica.index])
+            settle(replica, victims, now)
             if not entries:
                 if victims:  # the KV they freed may let this replica (or, for a decode
                     # replica's recompute victims, the prefill pool) run something now
@@ -307,9 +350,10 @@ class ServingDriver(KvAdmission):
                 queue = swapped[replica.index]
                 pool = pools[replica.index]
                 while (queue and queue[0].ready_ps <= now
-                       and pool.charge(queue[0].kv_tokens + 1) <= pool.free_tokens):
+                       and pool.charge(swap_in_need(replica, queue[0])
+                                       + (not reserves_max(replica))) <= pool.free_tokens):
                     state = queue.pop(0)
-                    pool.reserve(state, state.kv_tokens)
+                    pool.reserve(state, swap_in_need(replica, state))
                     state.admitted, state.swapped = True, False
                     graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
                                           self.swap_host, out=False)
@@ -330,7 +374,9 @@ class ServingDriver(KvAdmission):
                 # needs), else its first step would preempt it or a neighbour at once.
                 headroom = int(self.config.kv_reservation == "incremental")
                 pool = pools[replica.index]
-                while (queue and not swapped[replica.index] and pool.free_tokens
+                if (limit is None or limit > 0) and may_enter(replica, queue[0]):
+                    make_room_for_handover(replica, queue[0], headroom, now)
+                while (queue and may_enter(replica, queue[0]) and pool.free_tokens
                        >= pool.charge(self._handover_need(queue[0]) + headroom)
                        and (limit is None or taken < limit)):
                     taken += 1

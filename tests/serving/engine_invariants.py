@@ -60,6 +60,8 @@ def check_requests(result, config: dict) -> None:
     assert req["arrival_ps"].tolist() == [r[1] for r in config["trace"]]
 
     reserve_max = config["kv_reservation"] == "max_length"
+    # scheduler.preempt_lower_priority: a higher class preempts, whatever the reservation
+    outranking = bool(config["scheduler"].get("preempt_lower_priority"))
     swap = config["preemption"] == "swap"
     chunked = config["scheduler"]["kind"] == "chunked_prefill"
     prefill_kv = [r["kv_capacity_tokens"] for r in m["replicas"] if r["role"] == "prefill"]
@@ -80,8 +82,10 @@ def check_requests(result, config: dict) -> None:
                 assert pd.isna(r.mean_tbt_ps)
         # preemption bookkeeping
         assert r.swapped_out == (r.preempted if swap else 0), r
-        if reserve_max:
+        if reserve_max and not outranking:
             assert r.preempted == 0, r                   # max_length never preempts
+        if r.preempted and reserve_max:                  # only a higher class preempts it
+            assert r.priority > req["priority"].min(), r
         # liveness: an admissible request finishes, unless a recompute victim's prompt +
         # generated tokens became too long to prefill again (rejected at once, saying so):
         # longer than a whole-prompt scheduler's max_batch_tokens, or than a prefill
@@ -90,7 +94,7 @@ def check_requests(result, config: dict) -> None:
             assert r.status == "rejected" and r.generated == 0 and pd.isna(r.queue_ps), r
             assert re.search(r"needs KV for|max_batch_tokens", r.reason), r.reason
         elif r.status == "rejected":
-            assert not (reserve_max or swap), r
+            assert not swap and (outranking or not reserve_max), r
             assert r.preempted >= 1 and r.reason.startswith("preempted after"), r
             again = r.prompt_tokens + r.generated
             too_long = [again > max(prefill_kv)] if prefill_kv else []
@@ -182,7 +186,8 @@ def check_iterations(result, config: dict) -> None:
         assert (np.diff(rows["end_ps"].to_numpy()) > 0).all()
         summary = m["iterations_by_replica"][f"{rep['role']}{index}"]
         assert summary["iterations"] == len(rows)
-        if config["kv_reservation"] == "max_length":
+        if config["kv_reservation"] == "max_length" and \
+                not sched.get("preempt_lower_priority"):  # (only a higher class preempts)
             assert (rows["preempted"] == 0).all()
     if config["profile"].startswith("fusion"):
         assert set(it["role"]) <= {"fused"}
@@ -282,7 +287,8 @@ def check_transfers(result, config: dict) -> None:
             moves.setdefault(match.group(2), []).append((match.group(1), int(start), int(end)))
     kinds = [kind for events in moves.values() for kind, _, _ in events]
     assert kinds.count("swap-out") == m["swap_outs"] >= kinds.count("swap-in")
-    if config["preemption"] != "swap" or config["kv_reservation"] == "max_length":
+    if config["preemption"] != "swap" or (config["kv_reservation"] == "max_length" and
+                                          not config["scheduler"].get("preempt_lower_priority")):
         assert "swap-out" not in kinds
     handovers = kinds.count("kv")
     if config["profile"].startswith("disagg"):
@@ -309,13 +315,17 @@ def check_transfers(result, config: dict) -> None:
                 assert start in times, (rid, start)
                 assert not [t for t in times if start < t <= end], (rid, start, end)
     if config["profile"].startswith("fusion 1x"):
-        # one fused replica: no new request starts while another's KV is on the host
-        firsts = [r.arrival_ps + int(r.queue_ps) for r in req.itertuples()
+        # one fused replica: no new request starts while another's KV is on the host,
+        # unless (order: priority) it outranks the swapped-out one
+        ranked = config["scheduler"].get("order") == "priority"
+        priority = dict(zip(req["request_id"], req["priority"]))
+        firsts = [(r.arrival_ps + int(r.queue_ps), r.priority) for r in req.itertuples()
                   if not pd.isna(r.queue_ps)]
         for rid, events in moves.items():
             swaps = [e for e in events if e[0] != "kv"]
             for out, back in zip(swaps[::2], swaps[1::2]):
-                assert not [t for t in firsts if out[1] < t < back[1]], (rid, out, back)
+                assert not [t for t, p in firsts if out[1] < t < back[1]
+                            and not (ranked and p < priority[rid])], (rid, out, back)
 
 
 def check_metrics(result, config: dict) -> None:

@@ -240,13 +240,13 @@ def test_prefix_caching_under_kv_pressure_keeps_every_invariant(config, trace_di
     check_run(run(config, trace_dir), config)
 
 
-@settings(max_examples=12, **FAST)
-@given(config=configs(profiles=[p for p in TIGHT_PROFILES if p.startswith("fusion")],
-                      pressure=True))
+@settings(max_examples=16, **FAST)
+@given(config=configs(profiles=TIGHT_PROFILES, pressure=True))
 def test_priority_preemption_under_kv_pressure_keeps_every_invariant(config, trace_dir):
-    # Three priority classes on a tight chip, and waiting prompts that outrank running
-    # requests preempt them (scheduler.preempt_lower_priority): victims chosen before the
-    # batch is formed must keep every invariant too.
+    # Three priority classes on a tight chip, and waiting prompts (or, on a decode pool,
+    # handed-over requests) that outrank running requests preempt them
+    # (scheduler.preempt_lower_priority): victims chosen before the batch is formed must
+    # keep every invariant too, under either KV reservation.
     # The later half arrives 0.5 s after the rest and outranks it: the earlier requests
     # then hold the KV those need (classes 2-1-0 in thirds of the arrivals).
     n = len(config["trace"])

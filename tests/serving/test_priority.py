@@ -111,3 +111,34 @@ def test_priority_preemption_needs_priority_order(tmp_path):
         load_scenario(FUSION, ["workload.scheduler.preempt_lower_priority=true"])
     assert "workload.scheduler" in str(caught.value)
     assert "needs order: priority (got order: fcfs)" in str(caught.value)
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_an_urgent_hand_over_preempts_a_lower_class_on_the_decode_pool(tmp_path, preemption):
+    # The decode pool of test_a_decode_pool_takes_over_the_urgent_request_first: full of
+    # low-priority requests (max-length reservation) when the urgent one is handed over.
+    # Without preemption it waits ~11 s for L0a to finish; with it, L0a gives way at once.
+    rows = [("L0a", 0, 200, 1000, 1), ("L0b", 1, 200, 1000, 1), ("L0c", 2, 200, 1000, 1),
+            ("L1", 10**9, 200, 50, 1), ("L2", 2 * 10**9, 200, 50, 1), ("H", 10**11, 200, 50, 0)]
+    common = [*TIGHT, write_trace(tmp_path / "t.csv", rows), "workload.scheduler.order=priority",
+              f"workload.preemption={preemption}"] + ([HOST] if preemption == "swap" else [])
+    waits = simulate(DISAGG, overrides=common).requests.set_index("request_id")
+    jumps = simulate(DISAGG, overrides=[*common, "workload.scheduler.preempt_lower_priority=true"]
+                     ).requests.set_index("request_id")
+
+    def second_token(table, name):
+        return int(table.loc[name, "token_times_ps"].split()[1])
+
+    assert second_token(waits, "H") > 10 * 10**12 and waits["preempted"].sum() == 0
+    assert second_token(jumps, "H") < 0.2 * 10**12
+    assert jumps["preempted"].tolist() == [1, 0, 0, 0, 0, 0]  # the one decoding: L0a
+    assert (jumps["status"] == "finished").all()
+    # L0a comes back only once H is done: swapped back in, it reserves its whole length
+    # again (max-length reservation), not just the KV it had, so H's KV is not overbooked
+    times = [int(t) for t in jumps.loc["L0a", "token_times_ps"].split()]
+    resumed = next(b for a, b in zip(times, times[1:]) if b - a > 10**11)
+    assert resumed > jumps.loc["H", "finish_ps"]
+    if preemption == "swap":
+        assert jumps.loc["L0a", "swapped_out"] == 1
+    else:
+        assert jumps.loc["L0a", "preemption_recomputed_tokens"] > 200

@@ -37,8 +37,9 @@ class SchedulerConfigBase(PartConfig):
                            "value), lowest and newest first, until it fits, as vLLM's "
                            "priority scheduling does; their KV is swapped or recomputed "
                            "per workload.preemption. Only when freeing all of them makes "
-                           "room; requests in the pipeline are not preempted. Replicas "
-                           "that only decode take requests in priority order instead.")
+                           "room; requests in the pipeline are not preempted. On a "
+                           "replica that only decodes, a handed-over request whose KV "
+                           "does not fit preempts the same way.")
 
     @model_validator(mode="after")
     def _priority_preemption_needs_priority_order(self) -> "SchedulerConfigBase":
