@@ -21,6 +21,8 @@ from pydantic import BeforeValidator
 
 PS_PER_S = 10**12
 PS_PER_NS = 1000
+#: Milliseconds per picosecond (reported latencies are in ms, simulated time in ps).
+MS_PER_PS = 1e-9
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _PREFIX = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from npusim.core.units import PS_PER_S
+from npusim.core.units import MS_PER_PS, PS_PER_S
 from npusim.hw.area import device_area_mm2
 from npusim.serving.state import RequestState
 
@@ -25,8 +25,6 @@ def _summary(values: list[float], prefix: str) -> dict[str, float | None]:
         out[f"{prefix}_p{q}"] = float(np.percentile(array, q))
     return out
 
-
-MS_PER_PS = 1e-9
 
 
 def _tpot_ms(state: RequestState) -> float:

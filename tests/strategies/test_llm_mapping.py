@@ -30,6 +30,11 @@ def test_single_request_reports_ttft_tbt_and_end_to_end():
     rebuilt = metrics["ttft_ps"] + 4 * metrics["tbt_ps"]
     assert abs(rebuilt - metrics["e2e_latency_ps"]) <= 4
     assert metrics["tokens_per_s"] == pytest.approx(5 / (metrics["e2e_latency_ps"] / 1e12))
+    # and under the serving runs' names, in ms (one sweep column for both kinds of run)
+    assert metrics["ttft_ms_mean"] == pytest.approx(metrics["ttft_ps"] / 1e9)
+    assert metrics["tpot_ms_mean"] == pytest.approx(metrics["tbt_ps"] / 1e9)
+    assert metrics["e2e_ms_mean"] == pytest.approx(metrics["e2e_latency_ps"] / 1e9)
+    assert run("workload.prompt_len=128", "workload.output_len=1").metrics["tpot_ms_mean"] is None
 
 
 def test_every_gemm_flop_of_the_model_runs_on_a_systolic_array():

@@ -25,6 +25,7 @@ from typing import Any
 
 from npusim.core import registry
 from npusim.core.errors import MappingError
+from npusim.core.units import MS_PER_PS
 from npusim.strategies.npu.llm_memory import plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
@@ -145,6 +146,10 @@ def _phase_metrics(phases: list[str], ends: list[int], config) -> dict[str, Any]
     steps = config.output_len - 1
     tbt = (total - ttft) // steps if steps else 0
     tokens = config.batch * config.output_len
+    # The same figures under the serving runs' names and unit (ms; a batch's requests
+    # all see them), so a sweep over both kinds of run compares one column.
     return {"ttft_ps": ttft, "tbt_ps": tbt, "e2e_latency_ps": total,
+            "ttft_ms_mean": ttft * MS_PER_PS, "tpot_ms_mean": tbt * MS_PER_PS if steps else None,
+            "e2e_ms_mean": total * MS_PER_PS,
             "decode_steps": steps, "output_tokens": tokens,
             "tokens_per_s": tokens / (total / 1e12) if total else 0.0}
