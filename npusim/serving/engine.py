@@ -351,7 +351,7 @@ class ServingDriver(KvAdmission):
                 pool = pools[replica.index]
                 while (queue and queue[0].ready_ps <= now
                        and pool.charge(swap_in_need(replica, queue[0])
-                                       + (not reserves_max(replica))) <= pool.free_tokens):
+                                       + int(not reserves_max(replica))) <= pool.free_tokens):
                     state = queue.pop(0)
                     pool.reserve(state, swap_in_need(replica, state))
                     state.admitted, state.swapped = True, False
