@@ -94,14 +94,31 @@ def test_case_passes(case):
 
 
 def test_runs_share_overrides_through_a_yaml_alias():
-    # NpuSim Fig. 11's four runs take one list of load overrides; a nested list (the YAML
-    # alias) is flattened in place, so the four cannot drift apart.
+    # NpuSim Fig. 11's runs take one list of load overrides; a nested list (the YAML
+    # alias) is flattened in place, so the runs cannot drift apart.
     from npusim.validation.cases import RunSpec
 
-    shared = ["workload.trace.rate_scale=40", "hw.core.sram=128MiB"]
+    shared = ["workload.pd.tp=1", "hw.core.sram=128MiB"]
     spec = RunSpec(scenario="x.yaml", set=[shared, "workload.pd.prefill_cores=49"])
     assert spec.set == [*shared, "workload.pd.prefill_cores=49"]
-    fig11 = [c for c in load_cases() if c.id in ("S004-020", "S004-021", "S004-023", "S004-025")]
-    loads = {tuple(s for s in run.set if "rate_scale" in s or "trace.file" in s)
+    fig11 = [c for c in load_cases()
+             if c.id in ("S004-020", "S004-021", "S004-022", "S004-023", "S004-025")]
+    loads = {tuple(s for s in run.set if s.startswith(("workload.trace=", "workload.scheduler=",
+                                                       "workload.pd.tp=")))
              for case in fig11 for run in case.runs.values()}
-    assert loads == {("workload.trace.rate_scale=40", "workload.trace.file=traces/ratio_1_1_512.csv")}
+    assert len(loads) == 1, loads
+    (load,) = loads
+    assert "workload.pd.tp=1" in load and any("num_requests: 200" in s for s in load)
+
+
+def test_fig11_splits_are_seven_stage_pipelines():
+    # The authors' simulator counts a split in 7-core pipelines (one core per stage):
+    # every Fig. 11 run gives prefill_dp = P / 7 and decode_dp = D / 7.
+    for case in load_cases():
+        if not case.source.endswith("Fig. 11"):
+            continue
+        for name, run in case.runs.items():
+            sets = dict(s.split("=", 1) for s in run.set if s.startswith("workload.pd."))
+            for role in ("prefill", "decode"):
+                cores, dp = int(sets[f"workload.pd.{role}_cores"]), int(sets[f"workload.pd.{role}_dp"])
+                assert cores == 7 * dp, f"{case.id} run {name}: {role} {cores} cores, dp {dp}"
