@@ -99,8 +99,13 @@ class ServingDriver(KvAdmission):
                 # Handed over, waiting for KV (or for a static batch to finish).
                 queued[replica.index] = len(pending_decode[replica.index])
             else:
-                waiting = [s for s in arrived if not s.in_flight and not s.finished
-                           and not s.rejected and not s.prefill_done
+                # A prompt with a chunk in flight waits for it, unless the scheduler
+                # pipelines a prompt's chunks (its next chunk follows the last through
+                # the stages, so its KV is there when the chunk reaches each stage).
+                overlap = self.schedulers[replica.index].pipelines_chunks
+                waiting = [s for s in arrived if (not s.in_flight or overlap)
+                           and not s.finished and not s.rejected
+                           and s.prefill_unscheduled > 0
                            and (s.replica is None or s.replica == replica.index)]
                 queued[replica.index] = len(waiting)
                 if swapped[replica.index]:  # swapped-out requests come back first
@@ -254,7 +259,9 @@ class ServingDriver(KvAdmission):
                             state.prefix_cached_tokens += state.prefilled
                         state.admitted = True
                         state.replica = replica.index
-                    state.in_flight = True
+                    if not state.prefill_done:  # a prompt chunk: taken, not yet done
+                        state.prefill_scheduled += entry.new_tokens
+                    state.in_flight += 1
             settle(replica, victims, now)
             if not entries:
                 if victims:  # the KV they freed may let this replica (or, for a decode
@@ -420,10 +427,11 @@ class ServingDriver(KvAdmission):
     def _complete(self, entry: Entry, replica: Replica, now: int, pools: dict[int, KvPool],
                   handed, finish, session, events, counter) -> None:
         state = entry.state
-        state.in_flight = False
+        state.in_flight -= 1
         state.chunk_recomputed += entry.recomputed_tokens
         state.kv_tokens += entry.new_tokens
         if not state.prefill_done:
+            state.prefill_scheduled -= entry.new_tokens
             state.prefilled += entry.new_tokens
             # its prompt blocks prefilled so far are there for later prompts to reuse
             pools[replica.index].cache_prefilled(state, state.prefix_keys, state.prefilled)

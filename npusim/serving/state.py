@@ -18,7 +18,9 @@ class RequestState:
     kv_tokens: int = 0                 # tokens whose KV exists
     admitted: bool = False             # KV reserved on its current replica
     replica: int | None = None
-    in_flight: bool = False
+    in_flight: int = 0                 # micro-batches in the pipeline holding it (several
+                                       # only for a prompt whose chunks are pipelined)
+    prefill_scheduled: int = 0         # prompt tokens in micro-batches not yet finished
     first_token_ps: int | None = None
     first_scheduled_ps: int | None = None  # first launched in an iteration (queueing ends)
     token_times_ps: list[int] = field(default_factory=list)
@@ -50,6 +52,17 @@ class RequestState:
     @property
     def prefill_done(self) -> bool:
         return self.prefilled >= self.prompt_target
+
+    @property
+    def prefill_unscheduled(self) -> int:
+        """Prompt tokens no micro-batch has taken yet (chunks in flight count as taken)."""
+        return self.prompt_target - self.prefilled - self.prefill_scheduled
+
+    @property
+    def context_scheduled(self) -> int:
+        """Tokens whose KV exists once the micro-batches holding it finish: the context
+        its next chunk runs after."""
+        return self.kv_tokens + self.prefill_scheduled
 
     @property
     def finished(self) -> bool:

@@ -153,7 +153,12 @@ def check_iterations(result, config: dict) -> None:
     assert (it["prefill_tokens"] >= it["prefill_requests"]).all()   # a chunk has >= 1 token
     # max_batch_tokens: 'most new tokens in one iteration (prefill tokens + one per decode)'
     assert (new_tokens <= sched["max_batch_tokens"]).all()
-    if sched["kind"] == "chunked_prefill":
+    if sched["kind"] == "chunked_prefill" and sched.get("prefill_chunk_units"):
+        # NpuSim's budget units: a decode costs 1, a chunk prefill_chunk_units
+        units = it["decode_requests"] + it["prefill_requests"] * sched["prefill_chunk_units"]
+        assert (units <= sched["token_budget"]).all()
+        assert (it["prefill_tokens"] <= it["prefill_requests"] * sched["prefill_chunk"]).all()
+    elif sched["kind"] == "chunked_prefill":
         assert (new_tokens <= min(sched["token_budget"], sched["max_batch_tokens"])).all()
         assert (it["prefill_tokens"] <= it["prefill_requests"] * sched["prefill_chunk"]).all()
     else:

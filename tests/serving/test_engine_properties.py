@@ -134,6 +134,11 @@ def schedulers(draw, pressure=False, keep_chunks=False):
         cfg["max_batch_tokens"] = draw(st.sampled_from([2048, cfg["token_budget"],
                                                         max(4, cfg["token_budget"] // 2)]))
         cfg["chunk_kv"] = draw(st.sampled_from(["keep"] if keep_chunks else ["keep", "recompute"]))
+        if cfg["chunk_kv"] == "keep":  # a prompt's chunks one stage apart (needs kept KV)
+            cfg["pipeline_chunks"] = draw(st.booleans())
+        units = draw(st.sampled_from([None, None, 1, 4, cfg["token_budget"]]))
+        if units is not None:  # a chunk costs fixed budget units (NpuSim §4.3.2)
+            cfg["prefill_chunk_units"] = min(units, cfg["token_budget"])
     else:
         # small limits make long prompts inadmissible (rejected on arrival, with a reason)
         cfg["max_batch_tokens"] = draw(st.sampled_from([2048, 1024] if pressure

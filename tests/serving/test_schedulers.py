@@ -168,3 +168,47 @@ def test_requests_arriving_together_are_preempted_newest_first_in_trace_order(or
         running.append(s)
     assert [e.state.id for e in preemption_order(decodes(running, 4), order)] == \
         ["r3", "r2", "r1", "r0"]
+
+
+def test_a_chunk_costs_fixed_budget_units_as_in_npusims_scheduler():
+    # NpuSim §4.3.2 (its simulator: credit 5, a prefill costs 4): a micro-batch is up to
+    # five decodes, or one chunk and at most one decode, whatever the chunk's length.
+    cfg = ChunkedPrefillConfig(token_budget=5, prefill_chunk_units=4, prefill_chunk=34,
+                               max_batch_size=5)
+    sched = ChunkedPrefillScheduler(cfg)
+    waiting = [state(100 + i, prompt=100) for i in range(3)]
+    one = sched.schedule(view(waiting, [state(0, prefilled=100, generated=1)]))
+    assert [e.new_tokens for e in one] == [1, 34]      # a decode, then a 34-token chunk
+    two = sched.schedule(view(waiting, [state(i, prefilled=100, generated=1) for i in range(2)]))
+    assert [e.new_tokens for e in two] == [1, 1]       # 3 units left: no chunk fits
+    none = sched.schedule(view(waiting))
+    assert [e.new_tokens for e in none] == [34]        # one chunk: 4 of 5 units
+
+
+def test_fixed_chunk_units_still_respect_max_batch_tokens():
+    cfg = ChunkedPrefillConfig(token_budget=8, prefill_chunk_units=1, prefill_chunk=512,
+                               max_batch_tokens=600)
+    batch = ChunkedPrefillScheduler(cfg).schedule(view([state(i, prompt=512) for i in range(4)]))
+    assert [e.new_tokens for e in batch] == [512, 88]  # the activation buffers' limit
+
+
+def test_a_pipelined_prompt_continues_after_its_chunks_in_flight():
+    # With pipeline_chunks the engine offers a prompt whose chunk is still in the
+    # pipeline; its next chunk runs after the tokens already taken.
+    cfg = ChunkedPrefillConfig(token_budget=64, prefill_chunk=40, pipeline_chunks=True)
+    s = state(0, prompt=100)
+    s.admitted, s.in_flight, s.prefill_scheduled = True, 1, 40
+    (entry,) = ChunkedPrefillScheduler(cfg).schedule(view([s]))
+    assert (entry.new_tokens, entry.context_len, entry.samples) == (40, 40, False)
+    s.prefill_scheduled = 80
+    (last,) = ChunkedPrefillScheduler(cfg).schedule(view([s]))
+    assert (last.new_tokens, last.context_len, last.samples) == (20, 80, True)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"pipeline_chunks": True, "chunk_kv": "recompute"}, "expected chunk_kv: keep"),
+    ({"token_budget": 4, "prefill_chunk_units": 5}, "no prefill chunk would ever fit"),
+])
+def test_chunk_settings_that_cannot_work_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        ChunkedPrefillConfig(**settings)

@@ -92,6 +92,12 @@ class OrderedScheduler:
 
     config: SchedulerConfigBase
 
+    @property
+    def pipelines_chunks(self) -> bool:
+        """Whether a prompt's next chunk may enter the pipeline while its previous one
+        is still in it (the engine then offers such prompts as waiting)."""
+        return bool(getattr(self.config, "pipeline_chunks", False))
+
     def service_order(self, states: list[RequestState]) -> list[RequestState]:
         """``states`` (in arrival order) in the order this scheduler serves them."""
         return in_service_order(states, self.config.order)
@@ -142,18 +148,23 @@ class OrderedScheduler:
 
 def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
           tokens_left: int, chunk: int | None = None, recompute_prefix: bool = False,
-          decode_kv_tokens: int = 0) -> list[Entry]:
+          decode_kv_tokens: int = 0, chunk_cost: int | None = None,
+          units_left: int = 0) -> list[Entry]:
     """Prefill entries for ``candidates`` in arrival order while KV, batch slots and the
     token budget allow; ``chunk`` caps each request's tokens this iteration.  With
     ``recompute_prefix`` a later chunk runs the prompt tokens before it again (their KV
-    was not kept); the budget still counts only the chunk's new tokens.
+    was not kept); the budget still counts only the chunk's new tokens.  With
+    ``chunk_cost`` every chunk also costs that many of ``units_left`` whatever its length
+    (NpuSim §4.3.2's budget units), while ``tokens_left`` still caps the tokens.
     The iteration's decodes take ``decode_kv_tokens`` more KV (see
-    :meth:`SchedulerView.decode_kv_tokens`), so that much less is left for new prompts."""
+    :meth:`SchedulerView.decode_kv_tokens`), so that much less is left for new prompts.
+    A prompt whose earlier chunks are still in the pipeline continues after them: its
+    next chunk's context counts their tokens."""
     entries: list[Entry] = []
     kv_free = view.kv_free_tokens - decode_kv_tokens
     blocked = False
     for state in candidates:
-        if slots <= 0 or tokens_left <= 0:
+        if slots <= 0 or tokens_left <= 0 or (chunk_cost is not None and units_left < chunk_cost):
             break
         if not state.admitted:
             need = view.kv_need(state)
@@ -165,15 +176,17 @@ def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
                 blocked = True
                 continue
             kv_free -= need
-        remaining = state.prompt_target - state.prefilled
+        remaining = state.prefill_unscheduled
         take = min(remaining, tokens_left if chunk is None else min(chunk, tokens_left))
         if chunk is None and take < remaining:
             break  # whole prompts only
-        entries.append(Entry(state, take, state.kv_tokens,
-                             state.prefilled + take == state.prompt_target,
-                             state.kv_tokens if recompute_prefix else 0))
+        context = state.context_scheduled
+        entries.append(Entry(state, take, context, take == remaining,
+                             context if recompute_prefix else 0))
         slots -= 1
         tokens_left -= take
+        if chunk_cost is not None:
+            units_left -= chunk_cost
     return entries
 
 

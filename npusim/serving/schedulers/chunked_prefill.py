@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from npusim.core.registry import register
 from npusim.serving.schedulers.base import OrderedScheduler, SchedulerConfigBase, admit, decodes
@@ -29,6 +29,32 @@ class ChunkedPrefillConfig(SchedulerConfigBase):
                             "partly prefilled prompts does (the 'redundant computations "
                             "due to the chunk prefill' NpuSim §5.5 names for PD fusion "
                             "on long prompts). The token budget counts only new tokens.")
+    prefill_chunk_units: int | None = Field(
+        None, ge=1, description="Budget units one prefill chunk costs whatever its length "
+                                "(NpuSim §4.3.2 'the prefill task consumes N units'; its "
+                                "simulator uses 4 against a budget of 5: one chunk and at "
+                                "most one decode, or up to five decodes). Default: one "
+                                "unit per chunk token (Sarathi-Serve's token budget).")
+    pipeline_chunks: bool = Field(
+        False, description="Let a prompt's next chunk enter the pipeline while its "
+                           "previous chunk is still in the later stages (chunked pipeline "
+                           "parallelism: TeraPipe, Medha; NpuSim's scheduler queues a "
+                           "prompt's chunks on consecutive iterations). Off: a chunk waits "
+                           "until the previous one has left the last stage. Needs "
+                           "chunk_kv: keep (a chunk reads the KV the one ahead of it "
+                           "writes, stage by stage).")
+
+    @model_validator(mode="after")
+    def _pipelined_chunks_keep_kv(self) -> "ChunkedPrefillConfig":
+        if self.pipeline_chunks and self.chunk_kv == "recompute":
+            raise ValueError("pipeline_chunks: true runs a prompt's chunks one stage apart, "
+                             "each reading the KV the one ahead wrote; chunk_kv: recompute "
+                             "keeps no KV between chunks; expected chunk_kv: keep")
+        if self.prefill_chunk_units is not None and self.prefill_chunk_units > self.token_budget:
+            raise ValueError(f"prefill_chunk_units = {self.prefill_chunk_units} exceeds "
+                             f"token_budget = {self.token_budget}: no prefill chunk would "
+                             f"ever fit; expected at most {self.token_budget}")
+        return self
 
 
 @register("scheduler", ChunkedPrefillConfig)
@@ -41,15 +67,20 @@ class ChunkedPrefillScheduler(OrderedScheduler):
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
         cfg = self.config
-        budget = min(cfg.token_budget, cfg.max_batch_tokens)
+        tokens = cfg.max_batch_tokens  # what the activation buffers hold
+        # Budget units: one per token, or per decode plus prefill_chunk_units per chunk.
+        units = cfg.token_budget if cfg.prefill_chunk_units else min(cfg.token_budget, tokens)
         entries = decodes(self.service_order(view.running),
-                          min(cfg.max_batch_size, budget), view)
-        budget -= len(entries)
+                          min(cfg.max_batch_size, units, tokens), view)
+        units -= len(entries)
+        tokens -= len(entries)
         slots = cfg.max_batch_size - len(entries)
-        if budget > 0 and slots > 0:
-            entries += admit(view, self.service_order(view.waiting), slots, budget,
+        if units > 0 and slots > 0:
+            entries += admit(view, self.service_order(view.waiting), slots,
+                             tokens if cfg.prefill_chunk_units else units,
                              chunk=cfg.prefill_chunk,
                              recompute_prefix=cfg.chunk_kv == "recompute",
                              decode_kv_tokens=view.decode_kv_tokens(
-                                 [entry.state for entry in entries]))
+                                 [entry.state for entry in entries]),
+                             chunk_cost=cfg.prefill_chunk_units, units_left=units)
         return entries
