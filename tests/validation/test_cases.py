@@ -122,3 +122,22 @@ def test_fig11_splits_are_seven_stage_pipelines():
             for role in ("prefill", "decode"):
                 cores, dp = int(sets[f"workload.pd.{role}_cores"]), int(sets[f"workload.pd.{role}_dp"])
                 assert cores == 7 * dp, f"{case.id} run {name}: {role} {cores} cores, dp {dp}"
+
+def test_the_fig11_sweep_runs_exactly_the_cases_configurations():
+    # workloads/sweeps/npusim_fig11.yaml reproduces the figure the Fig. 11 cases check;
+    # the two must not drift apart: each sweep point is one of the cases' runs.
+    from npusim.config.loader import load_scenario
+    from npusim.sweep.spec import load_spec
+
+    points = load_spec(REPO_ROOT / "workloads" / "sweeps" / "npusim_fig11.yaml").points()
+    swept = {p.params["workload.pd.prefill_cores"]: p.config for p in points}
+    runs = {}
+    for case in load_cases():
+        if case.id in ("S004-020", "S004-021", "S004-023", "S004-024", "S004-025", "S004-026"):
+            for run in case.runs.values():
+                config = load_scenario(REPO_ROOT / run.scenario, run.set).model_dump(mode="json")
+                runs[config["workload"]["pd"]["prefill_cores"]] = config
+    assert sorted(swept) == sorted(runs) == [21, 28, 42, 49]
+    for cores, config in runs.items():
+        assert swept[cores]["workload"] == config["workload"], cores
+        assert swept[cores]["hw"] == config["hw"], cores
