@@ -310,7 +310,8 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
 def _in_flight(rows) -> "np.ndarray":
     """Requests in a replica's micro-batches under way at each launch (``rows`` sorted by
     start): those launched so far, this one included, minus those of batches that
-    ended by then."""
+    ended by then.  A prompt whose chunks are pipelined (``pipeline_chunks``) counts once
+    per micro-batch holding one of its chunks."""
     import numpy as np
 
     starts = rows["start_ps"].to_numpy()

@@ -382,8 +382,11 @@ def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,
              max_request_tokens: int, key_ids: dict) -> Replica:
-    iteration_tokens = min(config.scheduler.max_batch_tokens,
-                           getattr(config.scheduler, "token_budget", config.scheduler.max_batch_tokens))
+    iteration_tokens = config.scheduler.max_batch_tokens
+    if not getattr(config.scheduler, "prefill_chunk_units", None):
+        # The budget counts tokens (one unit each) unless a chunk costs fixed units.
+        iteration_tokens = min(iteration_tokens,
+                               getattr(config.scheduler, "token_budget", iteration_tokens))
     if getattr(config.scheduler, "chunk_kv", "keep") == "recompute":
         # A chunk runs its prompt prefix again, beyond the budget's new tokens: up to a
         # whole request's tokens more activations in one iteration.
@@ -392,8 +395,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         dtype_bytes=config.dtype_bytes, kv_dtype_bytes=config.kv_dtype_bytes, tp=tp,
         prefill_chunk=iteration_tokens, prompt_len=iteration_tokens,
         iteration_tokens_setting="workload.scheduler.max_batch_tokens (token_budget with "
-                                 "chunked_prefill, plus a request's tokens with chunk_kv: "
-                                 "recompute)",
+                                 "chunked_prefill unless prefill_chunk_units is set, plus a "
+                                 "request's tokens with chunk_kv: recompute)",
         # Plan for the smallest useful KV (one token); requests that can never fit are
         # rejected one by one by the engine, with the reason.
         batch=1, total_len=1, weight_tile_bytes=config.weight_tile_bytes,

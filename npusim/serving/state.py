@@ -99,7 +99,8 @@ class SchedulerView:
     """What a scheduler may look at (no timing internals)."""
 
     now_ps: int
-    waiting: list[RequestState]        # arrived, prefill not finished, not in flight
+    waiting: list[RequestState]        # arrived, prompt tokens left to schedule, not in
+                                       # flight (unless the scheduler pipelines chunks)
     running: list[RequestState]        # prefill done, decoding, not in flight
     kv_free_tokens: int                # KV tokens the replica can still reserve
     reserve_max_length: bool           # admission reserves prompt + output at once

@@ -445,3 +445,16 @@ def test_pipelined_chunks_of_one_prompt_overlap_in_the_stages_and_cut_its_ttft()
     assert piped.metrics["ttft_ms_mean"] < 0.5 * serial.metrics["ttft_ms_mean"]
     assert piped.metrics["flops"] == serial.metrics["flops"]     # the same work, overlapped
     assert piped.requests["generated"].tolist() == serial.requests["generated"].tolist()
+
+
+def test_fixed_chunk_units_size_the_activation_buffers_by_max_batch_tokens():
+    # With prefill_chunk_units the budget counts units, not tokens: an iteration may carry
+    # max_batch_tokens tokens, and the SRAM plan must hold their activations (it was sized
+    # by the 5-unit budget, promising KV the activations need).
+    units = ["workload.scheduler.token_budget=5", "workload.scheduler.prefill_chunk_units=4",
+             "workload.scheduler.prefill_chunk=2048", "workload.scheduler.max_batch_tokens=2048"]
+    tokens = ["workload.scheduler.token_budget=2048", "workload.scheduler.prefill_chunk=2048",
+              "workload.scheduler.max_batch_tokens=2048"]
+    kv = {name: serve(FUSION, "workload.trace.limit=1", *o).metrics["replicas"][0]["kv_capacity_tokens"]
+          for name, o in (("units", units), ("tokens", tokens))}
+    assert kv["units"] == kv["tokens"]
