@@ -382,11 +382,7 @@ def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,
              max_request_tokens: int, key_ids: dict) -> Replica:
-    iteration_tokens = config.scheduler.max_batch_tokens
-    if not getattr(config.scheduler, "prefill_chunk_units", None):
-        # The budget counts tokens (one unit each) unless a chunk costs fixed units.
-        iteration_tokens = min(iteration_tokens,
-                               getattr(config.scheduler, "token_budget", iteration_tokens))
+    iteration_tokens = config.scheduler.iteration_tokens
     if getattr(config.scheduler, "chunk_kv", "keep") == "recompute":
         # A chunk runs its prompt prefix again, beyond the budget's new tokens: up to a
         # whole request's tokens more activations in one iteration.

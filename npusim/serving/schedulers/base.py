@@ -49,6 +49,12 @@ class SchedulerConfigBase(PartConfig):
         return self
 
     @property
+    def iteration_tokens(self) -> int:
+        """Most new tokens one iteration can carry (what the activation buffers are
+        sized for)."""
+        return self.max_batch_tokens
+
+    @property
     def decode_slots(self) -> int:
         """Most requests one decode iteration takes: each decodes one new token, so
         ``max_batch_tokens`` bounds them as much as ``max_batch_size`` does."""

@@ -44,6 +44,14 @@ class ChunkedPrefillConfig(SchedulerConfigBase):
                            "chunk_kv: keep (a chunk reads the KV the one ahead of it "
                            "writes, stage by stage).")
 
+    @property
+    def iteration_tokens(self) -> int:
+        """The token budget caps an iteration's tokens too, unless it counts fixed chunk
+        units rather than tokens."""
+        if self.prefill_chunk_units:
+            return self.max_batch_tokens
+        return min(self.token_budget, self.max_batch_tokens)
+
     @model_validator(mode="after")
     def _pipelined_chunks_keep_kv(self) -> "ChunkedPrefillConfig":
         if self.pipeline_chunks and self.chunk_kv == "recompute":
@@ -67,9 +75,9 @@ class ChunkedPrefillScheduler(OrderedScheduler):
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
         cfg = self.config
-        tokens = cfg.max_batch_tokens  # what the activation buffers hold
+        tokens = cfg.iteration_tokens  # what the activation buffers hold
         # Budget units: one per token, or per decode plus prefill_chunk_units per chunk.
-        units = cfg.token_budget if cfg.prefill_chunk_units else min(cfg.token_budget, tokens)
+        units = cfg.token_budget if cfg.prefill_chunk_units else tokens
         entries = decodes(self.service_order(view.running),
                           min(cfg.max_batch_size, units, tokens), view)
         units -= len(entries)
