@@ -128,6 +128,8 @@ def schedulers(draw, pressure=False, keep_chunks=False):
            "order": draw(st.sampled_from(["fcfs", "priority"]))}
     if cfg["order"] == "priority":  # outranked running requests may be preempted
         cfg["preempt_lower_priority"] = draw(st.booleans())
+    if kind != "static":  # decode micro-batches re-formed or kept (sticky lanes)
+        cfg["decode_lanes"] = draw(st.sampled_from(["reform", "sticky"]))
     if kind == "chunked_prefill":
         cfg["token_budget"] = draw(st.integers(8, 512))
         cfg["prefill_chunk"] = draw(st.integers(4, 512))

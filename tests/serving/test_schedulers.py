@@ -212,3 +212,60 @@ def test_a_pipelined_prompt_continues_after_its_chunks_in_flight():
 def test_chunk_settings_that_cannot_work_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         ChunkedPrefillConfig(**settings)
+
+
+def lanes_view(running, stages):
+    v = view(running=running)
+    v.pipeline_stages = stages
+    return v
+
+
+def test_sticky_lanes_take_turns_and_keep_their_members():
+    sched = ContinuousScheduler(ContinuousConfig(max_batch_size=2, decode_lanes="sticky"))
+    running = [state(i, prefilled=100, generated=1) for i in range(5)]
+    first = sched.schedule(lanes_view(running, stages=2))
+    assert [e.state.id for e in first] == ["r0", "r1"]           # lane 0
+    for e in first:
+        e.state.in_flight = 1
+    second = sched.schedule(lanes_view(running[2:], stages=2))
+    assert [e.state.id for e in second] == ["r2", "r3"]          # lane 1
+    for e in second:
+        e.state.in_flight = 1
+    # Lane 0's turn again, but it is still in the pipeline: nothing launches, and r4
+    # (in no lane) does not take its place.
+    assert sched.schedule(lanes_view(running[4:], stages=2)) == []
+    for e in first:
+        e.state.in_flight = 0
+    back = sched.schedule(lanes_view([running[0], running[1], running[4]], stages=2))
+    assert [e.state.id for e in back] == ["r0", "r1"]            # its own members, not r4
+    assert sched.lanes.sizes == {0: 2, 1: 2}
+
+
+def test_a_sticky_lane_with_room_takes_new_requests_and_drops_finished_ones():
+    sched = ContinuousScheduler(ContinuousConfig(max_batch_size=3, decode_lanes="sticky"))
+    a, b, c, d = (state(i, prefilled=100, generated=1) for i in range(4))
+    assert [e.state.id for e in sched.schedule(lanes_view([a, b], stages=1))] == ["r0", "r1"]
+    a.finish_ps = 1  # a finished: it is no longer offered as running
+    batch = sched.schedule(lanes_view([b, c, d], stages=1))
+    assert [e.state.id for e in batch] == ["r1", "r2", "r3"]
+    assert sched.lanes.sizes == {0: 3}
+
+
+def test_reformed_micro_batches_take_whoever_is_out_of_the_pipeline():
+    sched = ContinuousScheduler(ContinuousConfig(max_batch_size=2))
+    running = [state(i, prefilled=100, generated=1) for i in range(3)]
+    assert [e.state.id for e in sched.schedule(lanes_view(running[1:], stages=2))] == ["r1", "r2"]
+    assert sched.lanes is None
+
+
+def test_chunked_prefill_fills_a_busy_lanes_turn_with_prefill_chunks():
+    cfg = ChunkedPrefillConfig(max_batch_size=4, token_budget=64, prefill_chunk=32,
+                               decode_lanes="sticky")
+    sched = ChunkedPrefillScheduler(cfg)
+    decoding = state(0, prefilled=100, generated=1)
+    batch = sched.schedule(lanes_view([decoding], stages=1))
+    assert [e.state.id for e in batch] == ["r0"]
+    decoding.in_flight = 1
+    v = view(waiting=[state(1, prompt=100)], running=[])
+    batch = sched.schedule(v)
+    assert [(e.state.id, e.new_tokens) for e in batch] == [("r1", 32)]

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from npusim.core.registry import PartConfig
+from npusim.serving.schedulers.lanes import DecodeLanes
 from npusim.serving.state import Entry, RequestState, SchedulerView
 
 
@@ -59,6 +60,26 @@ class SchedulerConfigBase(PartConfig):
         """Most requests one decode iteration takes: each decodes one new token, so
         ``max_batch_tokens`` bounds them as much as ``max_batch_size`` does."""
         return min(self.max_batch_size, self.max_batch_tokens)
+
+
+class PipelinedDecodeConfig(SchedulerConfigBase):
+    """Options of policies that keep several decode micro-batches in a pipeline."""
+
+    decode_lanes: Literal["reform", "sticky"] = Field(
+        "reform", description="How a pipelined replica forms its decode micro-batches. "
+                              "'reform': afresh at every launch, from the decoding "
+                              "requests out of the pipeline (in service order). 'sticky': "
+                              "a request keeps its micro-batch (lane) until it finishes, at "
+                              "most one lane per pipeline stage, and a lane with room takes "
+                              "new requests as it re-enters the first stage (vLLM's "
+                              "pipeline-parallel virtual engines; NpuSim's scheduler). "
+                              "Sticky lanes decode up to stages x max_batch_size requests "
+                              "at a time whatever the stage timing; 'reform' may keep fewer "
+                              "micro-batches in flight than stages.")
+
+    def new_lanes(self) -> DecodeLanes | None:
+        """Per-replica lane state for a scheduler, or None with re-formed batches."""
+        return DecodeLanes() if self.decode_lanes == "sticky" else None
 
 
 Order = Literal["fcfs", "priority"]
@@ -196,10 +217,16 @@ def admit(view: SchedulerView, candidates: list[RequestState], slots: int,
     return entries
 
 
-def decodes(running: list[RequestState], slots: int, view: SchedulerView | None = None
-            ) -> list[Entry]:
+def decodes(running: list[RequestState], slots: int, view: SchedulerView | None = None,
+            lanes: DecodeLanes | None = None) -> list[Entry]:
     """One decode token for up to ``slots`` running requests (oldest first); with a
-    ``view``, at most its pipeline share, so the micro-batches fill every stage."""
+    ``view``, at most its pipeline share, so the micro-batches fill every stage.  With
+    ``lanes`` (and a ``view``), the requests of the next sticky micro-batch instead
+    (:mod:`npusim.serving.schedulers.lanes`)."""
     if view is not None and view.fill_pipeline:
         slots = min(slots, view.decode_share)
-    return [Entry(state, 1, state.kv_tokens, True) for state in running[:slots]]
+    if lanes is not None and view is not None:
+        chosen = lanes.next_batch(running, slots, view.pipeline_stages)
+    else:
+        chosen = running[:slots]
+    return [Entry(state, 1, state.kv_tokens, True) for state in chosen]

@@ -7,11 +7,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from npusim.core.registry import register
-from npusim.serving.schedulers.base import OrderedScheduler, SchedulerConfigBase, admit, decodes
+from npusim.serving.schedulers.base import OrderedScheduler, PipelinedDecodeConfig, admit, decodes
 from npusim.serving.state import Entry, SchedulerView
 
 
-class ChunkedPrefillConfig(SchedulerConfigBase):
+class ChunkedPrefillConfig(PipelinedDecodeConfig):
     """Mixed iterations: decodes first, then prefill chunks up to the budget."""
 
     kind: Literal["chunked_prefill"] = "chunked_prefill"
@@ -72,6 +72,7 @@ class ChunkedPrefillScheduler(OrderedScheduler):
 
     def __init__(self, config: ChunkedPrefillConfig):
         self.config = config
+        self.lanes = config.new_lanes()
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
         cfg = self.config
@@ -79,7 +80,7 @@ class ChunkedPrefillScheduler(OrderedScheduler):
         # Budget units: one per token, or per decode plus prefill_chunk_units per chunk.
         units = cfg.token_budget if cfg.prefill_chunk_units else tokens
         entries = decodes(self.service_order(view.running),
-                          min(cfg.max_batch_size, units, tokens), view)
+                          min(cfg.max_batch_size, units, tokens), view, self.lanes)
         units -= len(entries)
         tokens -= len(entries)
         slots = cfg.max_batch_size - len(entries)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from npusim.core.registry import register
-from npusim.serving.schedulers.base import OrderedScheduler, SchedulerConfigBase, admit, decodes
+from npusim.serving.schedulers.base import OrderedScheduler, PipelinedDecodeConfig, admit, decodes
 from npusim.serving.state import Entry, SchedulerView
 
 
-class ContinuousConfig(SchedulerConfigBase):
+class ContinuousConfig(PipelinedDecodeConfig):
     """Iteration-level batching; an iteration is either whole prefills or decodes."""
 
     kind: Literal["continuous"] = "continuous"
@@ -22,6 +22,7 @@ class ContinuousScheduler(OrderedScheduler):
 
     def __init__(self, config: ContinuousConfig):
         self.config = config
+        self.lanes = config.new_lanes()
 
     def schedule(self, view: SchedulerView) -> list[Entry]:
         # Admit only as many as a decode iteration can take, or they would queue there.
@@ -30,4 +31,5 @@ class ContinuousScheduler(OrderedScheduler):
                          self.config.max_batch_tokens)
         if prefills:
             return prefills
-        return decodes(self.service_order(view.running), self.config.decode_slots, view)
+        return decodes(self.service_order(view.running), self.config.decode_slots, view,
+                       self.lanes)
