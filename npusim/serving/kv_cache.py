@@ -42,6 +42,9 @@ class KvPool:
         self.used_tokens = 0
         self._private: dict[int, int] = {}        # id(state) -> tokens it reserves alone
         self._refs: dict[int, list[int]] = {}     # id(state) -> cached block keys it holds
+        # id(state) -> state: a holder stays alive while it holds KV, so its id is not
+        # reused by another request (the tables above are keyed by id).
+        self._holders: dict[int, "RequestState"] = {}
         self._ref_counts: dict[int, int] = {}     # cached block key -> references
         self._idle: OrderedDict[int, None] = OrderedDict()  # unreferenced, oldest first
         self._deferred = False
@@ -104,6 +107,7 @@ class KvPool:
         private = max(0, need_tokens - shared)
         self._private[id(state)] = private
         self._refs[id(state)] = refs
+        self._holders[id(state)] = state
         self.used_tokens += self.charge(private)
         self._fit()
 
@@ -125,6 +129,7 @@ class KvPool:
         private = self._private.pop(id(state), None)
         if private is None:
             return 0
+        del self._holders[id(state)]
         before = self.used_tokens
         self.used_tokens -= self.charge(private)
         for key in reversed(self._refs.pop(id(state))):  # deepest first: evicted first

@@ -118,3 +118,12 @@ def test_a_block_another_request_cached_first_stays_private():
     pool.release(a)
     pool.release(b)
     assert pool.used_tokens == 0 and pool.cached_idle_tokens == 16
+
+
+def test_a_holder_is_kept_alive_so_a_new_request_never_inherits_its_reservation():
+    # The pool keys reservations by id(); without a reference to the holder, a request
+    # object freed while it holds KV could hand its id to the next one ("already holds").
+    pool = KvPool(capacity_tokens=10**4, block_tokens=1)
+    for i in range(1000):
+        pool.reserve(Req(f"r{i}"), 1)            # nobody else keeps these alive
+    assert pool.used_tokens == 1000
