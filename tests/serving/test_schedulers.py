@@ -269,3 +269,14 @@ def test_chunked_prefill_fills_a_busy_lanes_turn_with_prefill_chunks():
     v = view(waiting=[state(1, prompt=100)], running=[])
     batch = sched.schedule(v)
     assert [(e.state.id, e.new_tokens) for e in batch] == [("r1", 32)]
+
+
+def test_a_preempted_member_leaves_its_lane_even_while_it_is_prefilled_again():
+    # A recompute victim is prefilled again (on the prefill pool, or in a prefill chunk
+    # here): in flight, but no longer in its decode lane, which must not wait for it.
+    sched = ContinuousScheduler(ContinuousConfig(max_batch_size=2, decode_lanes="sticky"))
+    a, b = (state(i, prefilled=100, generated=1) for i in range(2))
+    assert [e.state.id for e in sched.schedule(lanes_view([a, b], stages=2))] == ["r0", "r1"]
+    a.preempted, a.in_flight = 1, 1
+    assert [e.state.id for e in sched.schedule(lanes_view([b], stages=2))] == ["r1"]
+    assert sched.lanes.sizes == {0: 1}

@@ -34,6 +34,9 @@ class DecodeLanes:
 
     def __init__(self) -> None:
         self._lanes: dict[int, list[RequestState]] = {}
+        # id(member) -> its preemption count when it joined: a member preempted since
+        # has left (it is prefilled again, maybe in flight on another replica).
+        self._joined: dict[int, int] = {}
         self._turn = 0  # the lane whose turn it is
 
     @property
@@ -53,10 +56,16 @@ class DecodeLanes:
         up its turn; a lane still in the pipeline keeps it, so the batch is empty until
         it is back."""
         present = {id(state) for state in running}
-        # A member that finished, was preempted or left the replica is neither in the
-        # pipeline nor running: it leaves its lane.
+        # A member stays while it is in this lane's micro-batch in the pipeline or
+        # running here; one that finished, was preempted or left the replica leaves.
         for lane in list(self._lanes):
-            members = [m for m in self._lanes[lane] if m.in_flight or id(m) in present]
+            members = [m for m in self._lanes[lane]
+                       if m.preempted == self._joined[id(m)]
+                       and (m.in_flight or id(m) in present)]
+            kept = {id(m) for m in members}
+            for gone in self._lanes[lane]:
+                if id(gone) not in kept:
+                    del self._joined[id(gone)]
             if members:
                 self._lanes[lane] = members
             else:
@@ -70,6 +79,10 @@ class DecodeLanes:
                 return []  # its turn, but its previous token is not out yet
             batch = members[:slots] + new[:max(0, slots - len(members))]
             if batch:
+                for left in members[slots:]:
+                    del self._joined[id(left)]
+                for state in batch:
+                    self._joined.setdefault(id(state), state.preempted)
                 self._lanes[lane] = batch
                 self._turn = (lane + 1) % lanes_max
                 return batch
