@@ -203,6 +203,9 @@ def run(
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")
         metrics = result.metrics
+        if metrics.get("requests_rejected") and metrics.get("requests_finished"):
+            # said even with --quiet: the latencies and rates cover only what finished
+            _warn_rejections(metrics, out_dir)
         if metrics.get("requests_total") and not metrics.get("requests_finished"):
             # said even with --quiet: every latency of this run is undefined (null)
             typer.secho(f"  no request finished ({metrics['requests_rejected']} rejected): "
@@ -214,6 +217,21 @@ def run(
                            "rows; --set run.trace=true records them)")
 
     _guard(action)
+
+
+def _warn_rejections(metrics: dict, out_dir: Path) -> None:
+    """How many requests were rejected, by kind of reason, and what would admit them."""
+    from npusim.serving.state import REFUSAL_KINDS
+
+    typer.secho(f"  {metrics['requests_rejected']} of {metrics['requests_total']} requests "
+                f"rejected (latencies and rates cover the finished ones only):",
+                fg=typer.colors.YELLOW, err=True)
+    for kind, count in metrics.get("requests_rejected_by_kind", {}).items():
+        meaning, hint = REFUSAL_KINDS.get(kind, (kind, ""))
+        typer.secho(f"    {count}: {meaning}" + (f" ({hint})" if hint else ""),
+                    fg=typer.colors.YELLOW, err=True)
+    typer.secho(f"    each request's reason: {out_dir}/requests.csv", fg=typer.colors.YELLOW,
+                err=True)
 
 
 @app.command("list", cls=OnceOptionsCommand)

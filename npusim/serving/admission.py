@@ -12,7 +12,7 @@ from __future__ import annotations
 from npusim.core.errors import MappingError
 from npusim.serving.kv_cache import KvPool
 from npusim.serving.npu_backend import Replica
-from npusim.serving.state import Entry, RequestState
+from npusim.serving.state import Entry, Refusal, RequestState
 
 
 class KvAdmission:
@@ -56,31 +56,38 @@ class KvAdmission:
         state.prefilled = state.kv_tokens = min(blocks * pool.prefix_block_tokens,
                                                 state.prompt_target - 1)
 
-    def _admissible(self, state: RequestState, pools: dict[int, KvPool]) -> str:
+    def _admissible(self, state: RequestState, pools: dict[int, KvPool]) -> Refusal | None:
+        """Why ``state`` can never be served (None if it can)."""
         window = getattr(self.model, "max_position_embeddings", None)
         if window and state.max_tokens > window:  # as vLLM refuses a prompt past max_model_len
-            return (f"prompt + output = {state.max_tokens} tokens exceed {self.model.name}'s "
-                    f"context window of {window} tokens (max_position_embeddings)")
+            return Refusal("context_window",
+                           f"prompt + output = {state.max_tokens} tokens exceed "
+                           f"{self.model.name}'s context window of {window} tokens "
+                           "(max_position_embeddings)")
         capacity = {index: pool.capacity_tokens for index, pool in pools.items()}
         decode = [capacity[r.index] for r in self.replicas if r.role == "decode"]
         if decode:  # disaggregation: the prompt must fit a prefill replica, the whole
             # request a decode replica (else it would wait for one forever)
             prefill = max(capacity[r.index] for r in self.replicas if r.role == "prefill")
             if state.request.prompt_tokens > prefill:
-                return (f"prompt needs KV for {state.request.prompt_tokens} tokens; a "
-                        f"prefill replica holds at most {prefill}")
+                return Refusal("kv_capacity",
+                               f"prompt needs KV for {state.request.prompt_tokens} tokens; "
+                               f"a prefill replica holds at most {prefill}")
             if state.max_tokens > max(decode):
-                return (f"needs KV for {state.max_tokens} tokens; a decode replica holds "
-                        f"at most {max(decode)}")
+                return Refusal("kv_capacity",
+                               f"needs KV for {state.max_tokens} tokens; a decode replica "
+                               f"holds at most {max(decode)}")
         elif state.max_tokens > max(capacity.values()):
-            return (f"needs KV for {state.max_tokens} tokens; a replica holds at most "
-                    f"{max(capacity.values())}")
+            return Refusal("kv_capacity",
+                           f"needs KV for {state.max_tokens} tokens; a replica holds at "
+                           f"most {max(capacity.values())}")
         if self.config.scheduler.kind != "chunked_prefill" and \
                 state.request.prompt_tokens > self.config.scheduler.max_batch_tokens:
-            return (f"prompt of {state.request.prompt_tokens} tokens exceeds "
-                    f"scheduler.max_batch_tokens={self.config.scheduler.max_batch_tokens} "
-                    "and this scheduler does not chunk prompts")
-        return ""
+            return Refusal("batch_tokens",
+                           f"prompt of {state.request.prompt_tokens} tokens exceeds "
+                           f"scheduler.max_batch_tokens={self.config.scheduler.max_batch_tokens} "
+                           "and this scheduler does not chunk prompts")
+        return None
 
     def _grow_or_preempt(self, replica: Replica, entries: list[Entry], pool: KvPool,
                          reserve_max: bool) -> tuple[list[Entry], list[RequestState]]:
@@ -131,8 +138,8 @@ class KvAdmission:
         state.admitted = False
         return freed
 
-    def _recompute_blocked(self, state: RequestState) -> str:
-        """Why a recompute-preempted request can never prefill again ('' if it can): a
+    def _recompute_blocked(self, state: RequestState) -> Refusal | None:
+        """Why a recompute-preempted request can never prefill again (None if it can): a
         scheduler that runs whole prompts only takes up to max_batch_tokens of them, and
         under disaggregation the prefill pool must hold prompt + generated tokens of KV
         (else the victim would wait at the head of its queue forever, and every later
@@ -141,17 +148,21 @@ class KvAdmission:
         prefill = [r.kv_capacity_tokens // block * block for r in self.replicas
                    if r.role == "prefill"]
         if prefill and state.prompt_target > max(prefill):
-            return (f"preempted after {state.generated} tokens (preemption: recompute); "
-                    f"prompt + generated = {state.prompt_target} tokens of KV to prefill "
-                    f"again, and a prefill replica holds at most {max(prefill)} (use swap "
-                    "preemption, max_length reservation or more prefill KV)")
+            return Refusal(
+                "recompute_blocked",
+                f"preempted after {state.generated} tokens (preemption: recompute); "
+                f"prompt + generated = {state.prompt_target} tokens of KV to prefill "
+                f"again, and a prefill replica holds at most {max(prefill)} (use swap "
+                "preemption, max_length reservation or more prefill KV)")
         scheduler = self.config.scheduler
         if scheduler.kind != "chunked_prefill" and state.prompt_target > scheduler.max_batch_tokens:
-            return (f"preempted after {state.generated} tokens (preemption: recompute); "
-                    f"prompt + generated = {state.prompt_target} tokens exceeds "
-                    f"scheduler.max_batch_tokens={scheduler.max_batch_tokens} and this "
-                    "scheduler does not chunk prompts (use chunked_prefill or swap)")
-        return ""
+            return Refusal(
+                "recompute_blocked",
+                f"preempted after {state.generated} tokens (preemption: recompute); "
+                f"prompt + generated = {state.prompt_target} tokens exceeds "
+                f"scheduler.max_batch_tokens={scheduler.max_batch_tokens} and this "
+                "scheduler does not chunk prompts (use chunked_prefill or swap)")
+        return None
 
     def _handover_need(self, state: RequestState) -> int:
         """KV a decode replica reserves when it takes a request over: all of it under

@@ -26,7 +26,7 @@ from npusim.serving.iterations import IterationLog
 from npusim.serving.kv_cache import KvPool
 from npusim.serving.metrics import summarise
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
-from npusim.serving.state import Entry, RequestState, SchedulerView
+from npusim.serving.state import Entry, Refusal, RequestState, SchedulerView
 from npusim.workload.models import load_model
 from npusim.workload.program import DriveOutcome
 
@@ -160,10 +160,10 @@ class ServingDriver(KvAdmission):
             if progress is not None:
                 progress(done_count, len(states))
 
-        def reject(state: RequestState, reason: str) -> None:
+        def reject(state: RequestState, refusal: Refusal) -> None:
             nonlocal done_count
             unroute(state)
-            state.rejected = reason
+            state.rejected_kind, state.rejected = refusal
             done_count += 1
             if progress is not None:  # a rejected request is done too: the bar reaches the end
                 progress(done_count, len(states))
@@ -174,9 +174,9 @@ class ServingDriver(KvAdmission):
             a timed transfer, and it queues to come back."""
             for state in victims:
                 if not state.swapped:  # recompute: it prefills again, if it can
-                    reason = self._recompute_blocked(state)
-                    if reason:
-                        reject(state, reason)
+                    refusal = self._recompute_blocked(state)
+                    if refusal:
+                        reject(state, refusal)
                     continue
                 # swap preemption: KV out to host memory
                 graph = kv_swap_graph(replica, state.kv_tokens, self.kv_bytes_per_token_layer,
@@ -330,9 +330,9 @@ class ServingDriver(KvAdmission):
                 last_ps = max(last_ps, now)           # arrival, which may be rejected)
             if kind == "arrive":
                 state = payload
-                reason = self._admissible(state, pools)
-                if reason:
-                    reject(state, reason)
+                refusal = self._admissible(state, pools)
+                if refusal:
+                    reject(state, refusal)
                 else:
                     if routing:
                         route(state)
@@ -399,7 +399,8 @@ class ServingDriver(KvAdmission):
 
         unfinished = [s for s in states if not s.finished and not s.rejected]
         for state in unfinished:  # nothing left to run them: say why instead of hiding them
-            reject(state, "never scheduled: KV or batch limits left no room for it")
+            reject(state, Refusal("never_scheduled",
+                                  "never scheduled: KV or batch limits left no room for it"))
         finished = sum(1 for s in states if s.finished)
         rejected = sum(1 for s in states if s.rejected)
         assert finished + rejected == len(states), "request conservation violated"
@@ -409,8 +410,15 @@ class ServingDriver(KvAdmission):
                                                   if cache_queries["queried"] else 0.0),
                         "prefix_cache_evicted_blocks": sum(p.evicted_blocks
                                                            for p in pools.values())})
+        by_kind: dict[str, int] = {}
+        for state in states:
+            if state.rejected:
+                by_kind[state.rejected_kind] = by_kind.get(state.rejected_kind, 0) + 1
         metrics.update({"requests_total": len(states), "requests_finished": finished,
                         "requests_rejected": rejected,
+                        # rejections by kind of reason (REFUSAL_KINDS), most first
+                        "requests_rejected_by_kind": dict(sorted(
+                            by_kind.items(), key=lambda item: (-item[1], item[0]))),
                         "iterations": sum(iterations.values()),
                         "iterations_by_replica": log.summary()})
         info = {"model": self.model.name, "pd_mode": self.config.pd.mode,

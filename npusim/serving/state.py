@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from npusim.workload.traces import Request
+
+
+class Refusal(NamedTuple):
+    """Why a request is rejected: a ``kind`` from :data:`REFUSAL_KINDS` and the
+    request's own ``reason`` (with its numbers)."""
+
+    kind: str
+    reason: str
+
+
+#: Rejection kinds: what each means and what a user can change about it.
+REFUSAL_KINDS: dict[str, tuple[str, str]] = {
+    "context_window": ("prompt + output exceed the model's context window",
+                       "a trace property: the model cannot serve them"),
+    "kv_capacity": ("the request's KV does not fit a replica",
+                    "give the replicas more KV: hw.hbm, hw.core.sram, "
+                    "workload.kv_dtype_bytes, fewer layers per core"),
+    "batch_tokens": ("prompt longer than scheduler.max_batch_tokens (whole prompts only)",
+                     "raise workload.scheduler.max_batch_tokens or use "
+                     "workload.scheduler.kind=chunked_prefill"),
+    "recompute_blocked": ("preempted, and too long to prefill again",
+                          "use workload.preemption=swap or "
+                          "workload.kv_reservation=max_length"),
+    "never_scheduled": ("never scheduled: KV or batch limits left no room",
+                        "raise the batch or KV limits"),
+}
 
 
 @dataclass
@@ -32,7 +58,8 @@ class RequestState:
     recompute_tokens: int = 0          # generated tokens whose KV a preemption dropped
     chunk_recomputed: int = 0          # prompt tokens later chunks ran again (chunk_kv: recompute)
     preemption_recomputed: int = 0     # KV tokens recompute preemptions dropped (prefilled again)
-    rejected: str = ""
+    rejected: str = ""                 # why it was rejected ('' unless it was)
+    rejected_kind: str = ""            # and the kind of reason (REFUSAL_KINDS)
     index: int = 0                     # position in the trace: breaks ties of equal arrivals
     routed: int | None = None          # replica the router bound it to, until it leaves it
     prefix_keys: tuple[int, ...] = ()  # its full prompt blocks' cache keys (prefix caching)

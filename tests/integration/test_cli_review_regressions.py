@@ -75,6 +75,23 @@ def test_a_serving_run_where_nothing_finishes_reports_no_latency(tmp_path, capsy
     assert "TTFT p50 / p90 / p99" in out and "n/a" in out
 
 
+def test_a_run_that_rejects_some_requests_says_how_many_and_why(tmp_path, capsys):
+    # The Azure replay on the disaggregation scenario rejected its long prompts (whole-
+    # prompt prefill, max_batch_tokens 2048) with exit 0 and nothing on the screen; a
+    # comparison with fusion then compared different request sets.
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\n"
+                     "a,0,100,4\nb,9,3000,4\nc,19,100000,4\n")
+    code, _, err = run_cli(["run", SCENARIOS / "qwen3_4b_npu64_pd_disagg.yaml", "-q",
+                            "--trace", trace, "--out", tmp_path / "out"], capsys)
+    assert code == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["requests_rejected_by_kind"] == {"batch_tokens": 1, "context_window": 1}
+    assert "2 of 3 requests rejected" in err
+    assert "1: prompt longer than scheduler.max_batch_tokens" in err
+    assert "workload.scheduler.kind=chunked_prefill" in err
+
+
 @pytest.mark.parametrize("override, message", [
     # blamed on the activation buffers ('use a smaller batch')
     ("workload.weight_tile_bytes=1GiB",
