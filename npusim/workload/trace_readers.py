@@ -55,15 +55,22 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
     if not path.is_file():
         raise TraceError(f"{source}: trace file not found")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: spreadsheets add a BOM
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{source}: cannot read trace file ({exc})") from None
-    if not text.strip():
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read trace file ({exc.strerror or exc})") from None
+    if data.startswith(UTF8_BOM):  # spreadsheets add one
+        data = data[len(UTF8_BOM):]
+    if not data.strip():
         raise TraceError(f"{source}:1: file is empty; expected a header line (CSV) or one "
                          "JSON object per line (JSONL) followed by at least one request")
+    raw_lines = data.splitlines(keepends=True)
     if format == "auto":
-        format = _detect_format(path, text)
-    rows = jsonl_rows(text, source) if format in ("jsonl", "mooncake") else csv_rows(text, source)
+        first = next(number for number, line in enumerate(raw_lines, start=1) if line.strip())
+        format = _detect_format(path, _decoded(raw_lines[first - 1], first, source))
+    # Decoded line by line as the rows are read, so a file is read only up to ``limit``
+    # and a byte that is not UTF-8 is named by its line.
+    lines = (_decoded(line, number, source) for number, line in enumerate(raw_lines, start=1))
+    rows = jsonl_rows(lines, source) if format in ("jsonl", "mooncake") else csv_rows(lines, source)
     trace = _build(rows, source, format, limit, allow_simultaneous or format == "mooncake",
                    hash_block_tokens or DEFAULT_HASH_BLOCK_TOKENS)
     if hash_block_tokens is not None and not trace.has_block_hashes:
@@ -74,8 +81,24 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
     return trace.rescale_rate(rate_scale)  # also validates the factor (returns self for 1)
 
 
-def _detect_format(path: Path, text: str) -> str:
-    first = text.lstrip().split("\n", 1)[0]
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def _decoded(line: bytes, number: int, source: str) -> str:
+    """Line ``number`` of a trace file as text; TraceError naming the line and the
+    first byte that is not UTF-8."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        column = len(line[:exc.start].decode("utf-8")) + 1
+        raise TraceError(f"{source}:{number}: byte 0x{line[exc.start]:02x} at column {column} "
+                         "is not UTF-8; expected a UTF-8 text file (re-save it as UTF-8, "
+                         "e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def _detect_format(path: Path, first: str) -> str:
+    """The format of a file whose first non-blank line is ``first``."""
+    first = first.strip()
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson") or first.startswith("{"):
         try:
             keys = json.loads(first)
@@ -155,9 +178,10 @@ def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str
                 relation = "before" if absolute < previous_ps else "equal to"
                 expected = ("timestamps in non-decreasing order (sort the file by arrival time)"
                             if absolute < previous_ps or allow_simultaneous else
-                            "strictly increasing timestamps (pass allow_simultaneous=True, or "
-                            "allow_simultaneous: true in a scenario, to accept requests that "
-                            "arrive at the same time)")
+                            "strictly increasing timestamps (--set "
+                            "workload.trace.allow_simultaneous=true, allow_simultaneous: true "
+                            "in a scenario's trace or allow_simultaneous=True in Python "
+                            "accepts requests that arrive at the same time)")
                 raise TraceError(f"{loc}: column {col!r}: got {row.values.get(col)!r}, {relation} "
                                  f"the arrival at line {previous_line}; expected {expected}")
         previous_ps, previous_line = absolute, row.line

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from npusim.core.errors import TraceError
 from npusim.core.json_keys import DuplicateKeyError, unique_keys
@@ -35,8 +35,9 @@ class Row:
         self.values = values
 
 
-def csv_rows(text: str, source: str) -> tuple[list[str], Iterator[Row]]:
-    reader = csv.reader(text.splitlines(keepends=True))
+def csv_rows(lines: Iterable[str], source: str) -> tuple[list[str], Iterator[Row]]:
+    """The header and the rows of CSV ``lines`` (read lazily, as the rows are taken)."""
+    reader = csv.reader(lines)
     try:
         header = [name.strip() for name in next(reader)]
     except csv.Error as exc:
@@ -64,9 +65,10 @@ def csv_rows(text: str, source: str) -> tuple[list[str], Iterator[Row]]:
     return header, rows()
 
 
-def jsonl_rows(text: str, source: str) -> tuple[list[str] | None, Iterator[Row]]:
+def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Iterator[Row]]:
+    """No header, and one row per JSON object of ``lines`` (read lazily)."""
     def rows() -> Iterator[Row]:
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:

@@ -146,6 +146,23 @@ def test_rate_scale_and_limit_options(tmp_path):
     assert [r.arrival_ps for r in scaled] == [0, 375_000, round((3 * PS + 7) / 4)]
 
 
+def test_a_byte_that_is_not_utf8_is_named_by_line_and_a_limit_stops_before_it(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"id,arrival_s,prompt_tokens,output_tokens\n"
+                     b"a,0,10,2\nb,1,10,2\ncaf\xe9,2,10,2\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert str(info.value).startswith(f"{path}:4: byte 0xe9 at column 4 is not UTF-8; "
+                                      "expected a UTF-8 text file")
+    assert len(read_trace(path, limit=2)) == 2   # the file is read only up to the limit
+
+
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_tokens,output_tokens\n0,10,2\n")
+    assert [r.prompt_tokens for r in read_trace(path)] == [10]
+
+
 # -- readers: the real Azure traces ------------------------------------------------------
 
 def _azure_reference(path: Path, n: int):
