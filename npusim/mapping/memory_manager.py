@@ -180,13 +180,16 @@ def plan_core_memory(*, sram_capacity_bytes: int, hbm_capacity_bytes: int, buffe
                      weights: Iterable[tuple[str, int]], kv_bytes_per_token: int,
                      kv_sram_tokens: int, block_tokens: int = DEFAULT_BLOCK_TOKENS,
                      weight_order: WeightOrder = "lowering", min_kv_tokens: int = 0,
-                     core: int | None = None) -> CoreMemoryPlan:
+                     core: int | None = None, hbm_reserved_bytes: int = 0,
+                     hbm_reserved_for: str = "") -> CoreMemoryPlan:
     """Split one core's SRAM (buffers > KV blocks > weights) and HBM.
 
     ``weights``: this core's share of every weight tensor, ``(name, bytes)`` in the
     order the lowering uses them.  ``kv_bytes_per_token``: this core's share of one
     token's K and V.  ``kv_sram_tokens``: KV tokens to keep in SRAM if they fit (rounded
     up to whole blocks); what does not fit spills to HBM at run time.
+    ``hbm_reserved_bytes`` of the core's HBM are taken already (``hbm_reserved_for``
+    says by what, for the messages), e.g. the embedding table on the first stage.
 
     Weights are placed whole, first-fit, in ``weight_order``:
 
@@ -205,6 +208,8 @@ def plan_core_memory(*, sram_capacity_bytes: int, hbm_capacity_bytes: int, buffe
     SRAM blocks plus the HBM ring.
     """
     where = f"core {core}" if core is not None else "core"
+    hbm_total_bytes = hbm_capacity_bytes
+    hbm_capacity_bytes = max(0, hbm_total_bytes - hbm_reserved_bytes)
     for name, value in (("sram_capacity_bytes", sram_capacity_bytes),
                         ("hbm_capacity_bytes", hbm_capacity_bytes), ("buffer_bytes", buffer_bytes),
                         ("kv_bytes_per_token", kv_bytes_per_token),
@@ -253,13 +258,30 @@ def plan_core_memory(*, sram_capacity_bytes: int, hbm_capacity_bytes: int, buffe
     plan = CoreMemoryPlan(core, sram_capacity_bytes, hbm_capacity_bytes, buffer_bytes,
                           kv_bytes_per_token, block_tokens, kv_blocks, sram_weights,
                           hbm_weights, weight_order)
-    if plan.hbm_weight_bytes > hbm_capacity_bytes:
+    reserved_for = hbm_reserved_for or "other data"
+    if hbm_reserved_bytes > hbm_total_bytes:
         raise MappingError(
-            f"{where}: {format_size(plan.hbm_weight_bytes)} of weights ({len(hbm_weights)} "
-            f"tensors) do not fit in the {format_size(left + plan.sram_weight_bytes)} of SRAM "
-            f"left after buffers and KV, and the core has {format_size(hbm_capacity_bytes)} "
-            f"of HBM: short by {format_size(plan.hbm_weight_bytes - hbm_capacity_bytes)}; add "
-            "HBM (hw.hbm) or spread the weights over more cores")
+            f"{where}: {reserved_for} takes {format_size(hbm_reserved_bytes)} of HBM, but the "
+            f"core has {format_size(hbm_total_bytes)}: short by "
+            f"{format_size(hbm_reserved_bytes - hbm_total_bytes)}; add HBM (hw.hbm) or use a "
+            "larger TP (it is split over the TP group)")
+    if plan.hbm_weight_bytes > hbm_capacity_bytes:
+        if hbm_total_bytes == 0:
+            hbm = "no HBM (hw.hbm is not set)"
+        else:
+            hbm = f"{format_size(hbm_capacity_bytes)} of HBM for them"
+            if hbm_reserved_bytes:
+                hbm += (f" ({format_size(hbm_total_bytes)} less "
+                        f"{format_size(hbm_reserved_bytes)} for {reserved_for})")
+        raise MappingError(
+            f"{where}: its weights take {format_size(sum(size for _, size in weights))} "
+            f"({len(weights)} tensors); after buffers and KV "
+            f"{format_size(left + plan.sram_weight_bytes)} of SRAM is left, holding "
+            f"{format_size(plan.sram_weight_bytes)} of them (whole tensors), so "
+            f"{format_size(plan.hbm_weight_bytes)} ({len(hbm_weights)} tensors) must stream "
+            f"from HBM, but the core has {hbm}: short by "
+            f"{format_size(plan.hbm_weight_bytes - hbm_capacity_bytes)}; add HBM (hw.hbm) or "
+            "spread the weights over more cores")
     kv_tokens = plan.kv_sram_tokens + (plan.hbm_kv_capacity_bytes // kv_bytes_per_token
                                        if kv_bytes_per_token else 0)
     if kv_bytes_per_token and kv_tokens < min_kv_tokens:
@@ -448,19 +470,21 @@ class CoreKvCache:
 def check_model_fits(weight_bytes: int, min_kv_bytes: int, total_sram_bytes: int,
                      total_hbm_bytes: int, *, model_name: str = "the model",
                      kv_tokens: int | None = None, kv_requests: int = 1,
-                     reserved_sram_bytes: int = 0) -> int:
+                     reserved_sram_bytes: int = 0, holder: str = "the chip has") -> int:
     """Raise :class:`MappingError` unless weights + KV fit in the chip's SRAM + HBM.
 
     A necessary condition only (whole-chip capacity; the per-core split can still fail,
     see :func:`plan_core_memory`).  ``min_kv_bytes`` is the KV of the smallest useful
     load (one request at its maximum length, ``kv_tokens`` tokens, named in the message);
     ``kv_requests`` how many such requests it holds at once (a fixed batch);
-    ``reserved_sram_bytes`` is SRAM kept for buffers.  Returns the headroom in bytes.
+    ``reserved_sram_bytes`` is SRAM kept for buffers; ``holder`` names what the totals
+    belong to in the message, with its verb ("the chip has", or the cores a replica runs
+    on).  Returns the headroom in bytes.
     """
     if reserved_sram_bytes > total_sram_bytes:  # the buffers alone do not fit: say that
         raise MappingError(
             f"{model_name}: activation/temporary buffers need {format_size(reserved_sram_bytes)} "
-            f"of SRAM but the chip has {_gib(total_sram_bytes)}; use a smaller batch or fewer "
+            f"of SRAM but {holder} {_gib(total_sram_bytes)}; use a smaller batch or fewer "
             "tokens per iteration, or more SRAM per core (hw.core.sram.capacity_bytes)")
     need = weight_bytes + min_kv_bytes
     have = total_sram_bytes - reserved_sram_bytes + total_hbm_bytes
@@ -476,7 +500,7 @@ def check_model_fits(weight_bytes: int, min_kv_bytes: int, total_sram_bytes: int
             "or narrower weights")
     raise MappingError(
         f"{model_name} needs {format_size(weight_bytes)} of weights + "
-        f"{format_size(min_kv_bytes)} of {kv_what}, but the chip has "
+        f"{format_size(min_kv_bytes)} of {kv_what}, but {holder} "
         f"{_gib(total_sram_bytes)} SRAM{reserved} + {_gib(total_hbm_bytes)} HBM: "
         f"short by {format_size(need - have)}; {hint}")
 

@@ -237,7 +237,7 @@ def test_plan_errors_state_the_shortfall():
     with pytest.raises(MappingError, match=r"buffers need 96\.0 MiB .* short by 32\.0 MiB"):
         plan_core_memory(sram_capacity_bytes=64 * MIB, hbm_capacity_bytes=0, buffer_bytes=96 * MIB,
                          weights=[], kv_bytes_per_token=1, kv_sram_tokens=0, core=3)
-    with pytest.raises(MappingError, match=r"core 2: 100\.0 MiB of weights .* short by 36\.0 MiB"):
+    with pytest.raises(MappingError, match=r"core 2: its weights take 100\.0 MiB .* short by 36\.0 MiB"):
         plan_core_memory(sram_capacity_bytes=MIB, hbm_capacity_bytes=64 * MIB, buffer_bytes=0,
                          weights=[("w", 100 * MIB)], kv_bytes_per_token=1, kv_sram_tokens=0, core=2)
     with pytest.raises(MappingError, match="KV for 2048 tokens"):
@@ -300,3 +300,29 @@ def test_check_model_fits_names_a_batch_and_buffers_larger_than_the_sram():
         check_model_fits(GIB, 8 * GIB, 2 * GIB, 0, kv_tokens=100, kv_requests=8)
     with pytest.raises(MappingError, match=r"buffers need 3\.0 GiB of SRAM but the chip has 2\.0 GiB"):
         check_model_fits(GIB, 0, 2 * GIB, 8 * GIB, reserved_sram_bytes=3 * GIB)
+
+
+def test_weights_that_need_more_hbm_name_what_the_sram_held_and_what_took_the_hbm():
+    common = dict(sram_capacity_bytes=1 << 20, buffer_bytes=0, kv_bytes_per_token=0,
+                  kv_sram_tokens=0, core=0,
+                  weights=[("a", 1 << 20), ("b", 1 << 20), ("c", 1 << 20)])
+    with pytest.raises(MappingError) as info:
+        plan_core_memory(hbm_capacity_bytes=3 << 20, hbm_reserved_bytes=2 << 20,
+                         hbm_reserved_for="the embedding table", **common)
+    message = str(info.value)
+    assert "its weights take 3.0 MiB (3 tensors)" in message
+    assert "holding 1.0 MiB of them (whole tensors), so 2.0 MiB (2 tensors) must stream" in message
+    assert "1.0 MiB of HBM for them (3.0 MiB less 2.0 MiB for the embedding table)" in message
+    with pytest.raises(MappingError, match=r"the core has no HBM \(hw.hbm is not set\)"):
+        plan_core_memory(hbm_capacity_bytes=0, **common)
+
+
+def test_data_reserved_in_hbm_that_exceeds_it_is_an_error_even_when_the_weights_fit_sram():
+    # The first stage's embedding table lives in HBM; larger than the HBM it was accepted
+    # whenever every other weight fitted in SRAM.
+    with pytest.raises(MappingError, match=r"core 3: the embedding table takes 5\.0 MiB of "
+                                           r"HBM, but the core has 4\.0 MiB: short by 1\.0 MiB"):
+        plan_core_memory(sram_capacity_bytes=8 << 20, hbm_capacity_bytes=4 << 20,
+                         buffer_bytes=0, kv_bytes_per_token=0, kv_sram_tokens=0, core=3,
+                         weights=[("a", 1 << 20)], hbm_reserved_bytes=5 << 20,
+                         hbm_reserved_for="the embedding table")

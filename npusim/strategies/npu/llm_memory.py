@@ -147,7 +147,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                      config.batch * config.total_len * kv_per_token_layer * model.num_hidden_layers,
                      sram_bytes * used_cores, hbm_bytes * used_cores,
                      model_name=model.name, kv_tokens=config.total_len,
-                     kv_requests=config.batch, reserved_sram_bytes=buffers * used_cores)
+                     kv_requests=config.batch, reserved_sram_bytes=buffers * used_cores,
+                     holder=f"the {used_cores} cores it runs on have")
     plans = []
     for index, layers in enumerate(layer_ranges):
         weights = [(f"{layer}.{name}", size) for layer in layers
@@ -165,7 +166,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                                         model.num_key_value_heads)
         tokens = config.batch * config.total_len
         core_plan = plan_core_memory(
-            sram_capacity_bytes=sram_bytes, hbm_capacity_bytes=max(0, hbm_bytes - embedding),
+            sram_capacity_bytes=sram_bytes, hbm_capacity_bytes=hbm_bytes,
+            hbm_reserved_bytes=embedding, hbm_reserved_for="the embedding table",
             buffer_bytes=buffers, weights=weights, kv_bytes_per_token=kv_per_token,
             kv_sram_tokens=tokens if kv_sram_tokens is None else kv_sram_tokens,
             min_kv_tokens=tokens, core=groups[index].cores[0])
