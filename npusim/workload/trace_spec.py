@@ -22,6 +22,19 @@ from npusim.workload.traces import MAX_ARRIVAL_PS, RequestTrace, read_trace, res
 __all__ = ["TraceSpec"]
 
 
+#: The fields that describe a generated trace (a file trace sets none of them).
+GENERATOR_KEYS = ("arrival", "prompt", "output", "num_requests", "seed", "priorities",
+                  "shared_prefix")
+
+
+def _both_sources(given: list[str]) -> str:
+    return (f"give either file or a generator, not both (file is set and so is "
+            f"{', '.join(given)}); to generate requests instead, replace the whole section, "
+            "e.g. --set 'workload.trace={num_requests: 100, arrival: {kind: poisson, "
+            "rate_per_s: 2}, prompt: {kind: fixed, tokens: 512}, output: {kind: fixed, "
+            "tokens: 128}}'")
+
+
 class TraceSpec(GeneratorSpec):
     """Where a serving scenario's requests come from: a trace file, or a generator.
 
@@ -129,6 +142,18 @@ class TraceSpec(GeneratorSpec):
                 f"the last arrival must come within {SPAN_LIMIT_TEXT}")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _file_or_generator_first(cls, data: Any) -> Any:
+        # Said before the generator's own fields are checked: adding one generator field
+        # to a file trace (--set workload.trace.arrival.rate_per_s=...) otherwise reads
+        # "arrival: missing 'kind:' key", which hides the real mistake.
+        if isinstance(data, Mapping) and data.get("file") is not None:
+            given = [key for key in GENERATOR_KEYS if data.get(key) is not None]
+            if given:
+                raise ValueError(_both_sources(given))
+        return data
+
     @model_validator(mode="after")
     def _one_source(self) -> "TraceSpec":
         generator = {"arrival": self.arrival, "prompt": self.prompt, "output": self.output,
@@ -137,8 +162,7 @@ class TraceSpec(GeneratorSpec):
         if self.file is not None:
             given = [k for k, v in generator.items() if v is not None]
             if given:
-                raise ValueError(f"give either file or a generator, not both (file is set "
-                                 f"and so is {', '.join(given)})")
+                raise ValueError(_both_sources(given))
             return self
         if self.format != "auto" or self.allow_simultaneous or self.hash_block_tokens is not None:
             raise ValueError("format, allow_simultaneous and hash_block_tokens only apply to "

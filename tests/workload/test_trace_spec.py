@@ -52,6 +52,10 @@ def test_tracespec_generator_and_file(tmp_path):
 
 @pytest.mark.parametrize("data, path, fragment", [
     ({"file": "x.csv", "num_requests": 3}, "", "not both"),
+    # one generator field added to a file trace: said before the generator's own
+    # problems ("arrival: missing 'kind:' key" hid it)
+    ({"file": "x.csv", "arrival": {"rate_per_s": -1}}, "",
+     "not both (file is set and so is arrival); to generate requests instead, replace"),
     ({"arrival": {"kind": "poisson", "rate_per_s": 1}}, "", "missing prompt, output, num_requests"),
     ({"arrival": {"kind": "poisson", "rate_per_s": -1}, "prompt": 1, "output": 1, "num_requests": 1},
      "arrival.rate_per_s", "greater than 0"),
