@@ -106,8 +106,10 @@ def plot(
                              "(1 to 100,000)."),
     logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="FILE",
-                                      help="Figure file (.png/.svg/.pdf; "
-                                       "default SOURCE/plot-KIND.png)."),
+                                      help="Figure file (.png/.svg/.pdf; default "
+                                       "SOURCE/plot-KIND.png, with the columns plotted "
+                                       "for line, pareto, heatmap and cdf: "
+                                       "plot-line-Y-vs-X.png)."),
 ) -> None:
     """Plot a sweep (line, heatmap, pareto, cdf), a run (timeline, cdf, batches) or a
     capacity search (capacity) to PNG, SVG or PDF."""
@@ -131,7 +133,7 @@ def plot(
         # The figure path is checked before anything is loaded or drawn.
         figure = option_path(out, "--out", "a figure file (.png, .svg or .pdf)")
         target = check_figure_path(figure, "--out") if figure is not None else \
-            check_figure_path(source / f"plot-{kind}.png")
+            check_figure_path(source / _default_figure_name(kind, x, y, value))
         if kind == "timeline" and not 1 <= bins <= MAX_BINS:
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
@@ -179,3 +181,17 @@ def register(app: typer.Typer) -> None:
     """Add the ``sweep`` and ``plot`` commands to ``app``."""
     app.command("sweep", cls=OnceOptionsCommand)(sweep)
     app.command("plot", cls=OnceOptionsCommand)(plot)
+
+
+def _default_figure_name(kind: str, x: Optional[str], y: Optional[str],
+                         value: Optional[str]) -> str:
+    """``plot-KIND.png``, naming the columns a sweep plot shows, so that plots of other
+    columns of the same directory do not overwrite one another."""
+    import re
+
+    columns = {"line": (y, x), "pareto": (y, x), "heatmap": (value, y, x), "cdf": (value,)}
+    named = [c for c in columns.get(kind, ()) if c]
+    if kind in ("line", "pareto") and len(named) == 2:
+        named = [named[0], "vs", named[1]]
+    stem = "-".join(["plot", kind, *named])
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem) + ".png"

@@ -43,6 +43,17 @@ def test_plot_command_writes_figures(swept, args, tmp_path, capsys):
     assert target.read_text().lstrip().startswith("<?xml")
 
 
+def test_default_figure_names_name_the_columns_so_plots_do_not_overwrite(swept, capsys):
+    # The Fig. 11 sweep's header suggests a TTFT plot and an end-to-end plot of the same
+    # directory: both went to plot-line.png, the second replacing the first.
+    for y in ("metrics.latency_ps", "metrics.bytes_by_level.hbm"):
+        code, _, err = cli(["plot", swept, "--kind", "line", "-x", "workload.m", "-y", y],
+                           capsys)
+        assert code == 0, err
+    assert (swept / "plot-line-metrics.latency_ps-vs-workload.m.png").is_file()
+    assert (swept / "plot-line-metrics.bytes_by_level.hbm-vs-workload.m.png").is_file()
+
+
 def test_plot_timeline_from_a_run_directory(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert cli(["run", QUICKSTART, "--mode", "analytic", "--out", run_dir, "-q"], capsys)[0] == 0
