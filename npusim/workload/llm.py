@@ -38,7 +38,14 @@ def _named_part(category: str, value: Any) -> Any:
         raise ValueError(f"kind: got {data['kind']!r}; expected a {category} name "
                          f"({', '.join(known)})")
     if data["kind"] not in known:
-        raise ValueError(f"unknown {category} {data['kind']!r}; known: {', '.join(known)}")
+        import difflib
+
+        lower = {name.lower(): name for name in known}
+        close = ([lower[data["kind"].lower()]] if data["kind"].lower() in lower else
+                 difflib.get_close_matches(data["kind"], list(known), n=1))
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"kind: unknown {category} {data['kind']!r}; {hint}"
+                         f"known: {', '.join(known)}")
     return known[data["kind"]].config.model_validate(data)
 
 

@@ -27,6 +27,12 @@ def run_cli(args, capsys):
     (FUSION, "workload.scheduler.kind=[]",
      "workload.scheduler.kind: got []; expected a scheduler name (chunked_prefill, continuous, static)"),
     (FUSION, "workload.placement={kind: {a: 1}}", "expected a placement name"),
+    # a wrongly cased or misspelt kind got the list but no suggestion, at the block
+    (FUSION, "workload.scheduler.kind=Continuous",
+     "workload.scheduler.kind: unknown scheduler 'Continuous'; did you mean 'continuous'?"),
+    # another kind's option was only an "unknown key"
+    (FUSION, "workload.scheduler={kind: continuous, token_budget: 5}",
+     "workload.scheduler.token_budget: unknown key for kind: continuous; chunked_prefill takes it"),
     # routing fields the chosen kind does not read were ignored
     (MOE, "workload.routing={kind: balanced, ratio: 16}",
      "routing.ratio=16.0: kind: balanced does not use it"),
