@@ -363,9 +363,13 @@ def plot_capacity(source: Any, title: str | None = None) -> "Figure":
         ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")
-    for axis in (bottom.xaxis, bottom.yaxis):  # 20, 50, 100 rather than 2x10^1 ...
+    for axis, limits in ((bottom.xaxis, bottom.get_xlim()), (bottom.yaxis, bottom.get_ylim())):
+        # 20, 50, 100 rather than 2x10^1 ...; within one decade every tick is labelled
+        # (20, 30, 40, ... 70), else a latency axis from 22 to 75 ms shows only 30 and 50.
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        axis.set_minor_formatter(FuncFormatter(_log_minor_label))
+        narrow = min(limits) > 0 and max(limits) / min(limits) < 10
+        axis.set_minor_formatter(FuncFormatter(
+            (lambda v, _: f"{v:g}") if narrow else _log_minor_label))
     slo = summary.get("slo") or {}
     within = (f" (SLO: TTFT <= {slo['ttft_ms']:g} ms, mean TBT <= {slo['tbt_ms']:g} ms)"
               if isinstance(slo, dict) and {"ttft_ms", "tbt_ms"} <= slo.keys() else "")
