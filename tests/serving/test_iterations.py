@@ -29,16 +29,17 @@ def test_the_log_accounts_for_every_prompt_and_output_token():
 
 
 def test_a_saturated_pool_shows_full_batches_and_a_queue():
-    # 12 requests at once, at most 4 per micro-batch: batches fill up and requests wait.
+    # 12 requests at once, at most 2 per micro-batch (the decode pipeline's 3 stages
+    # hold 6): batches fill up and requests wait.
     burst = "workload.trace.rate_scale=100000"
-    result = simulate(DISAGG, overrides=[*SMALL, burst, "workload.scheduler.max_batch_size=4"])
+    result = simulate(DISAGG, overrides=[*SMALL, burst, "workload.scheduler.max_batch_size=2"])
     log, requests, m = result.table("iterations"), result.requests, result.metrics
-    assert log["requests"].max() == 4
+    assert log["requests"].max() == 2
     decode = log[log["role"] == "decode"]
     assert (decode["running"] > 0).any()        # decodes left out of a full batch
     prefill = log[log["role"] == "prefill"]
     assert (prefill["waiting"] > 0).any()       # prompts queued behind the pipeline
-    assert m["iterations_by_replica"]["decode0"]["batch_requests_mean"] <= 4
+    assert m["iterations_by_replica"]["decode0"]["batch_requests_mean"] <= 2
     assert (requests["queue_ps"] >= 0).all() and (requests["queue_ps"] <= requests["ttft_ps"]).all()
     assert m["queue_ms_p99"] > 0 and m["queue_ms_p50"] <= m["queue_ms_p99"]
 

@@ -139,11 +139,11 @@ def test_bad_search_arguments_are_named(kwargs, fragment):
 
 @pytest.mark.component
 def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys):
-    # the shipped 32 requests and a 45 ms TTFT budget (a lone prompt takes ~41 ms):
+    # the shipped 32 requests and a 38 ms TTFT budget (a lone prompt takes ~35 ms):
     # 8 quick probes bracket it within 25%
     out = tmp_path / "cap"
     with pytest.raises(SystemExit) as info:
-        main(["capacity", str(DISAGG), "--set", "workload.slo.ttft_ms=45", "--tolerance", "0.25",
+        main(["capacity", str(DISAGG), "--set", "workload.slo.ttft_ms=38", "--tolerance", "0.25",
               "--max-probes", "8", "--out", str(out)])
     captured = capsys.readouterr()
     assert (info.value.code or 0) == 0, captured.err
@@ -152,8 +152,8 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
     table = (out / "capacity.csv").read_text().splitlines()
     assert len(table) == 1 + len(found["probes"]) <= 9
     assert found["mode"] == "analytic" and "config" not in found
-    assert "ttft_ms: 45.0" in (out / "config.resolved.yaml").read_text()
-    assert found["status"] == "found" and found["slo"] == {"ttft_ms": 45.0, "tbt_ms": 200.0}
+    assert "ttft_ms: 38.0" in (out / "config.resolved.yaml").read_text()
+    assert found["status"] == "found" and found["slo"] == {"ttft_ms": 38.0, "tbt_ms": 200.0}
     best, miss = found["best"], found["first_miss"]
     assert best["slo_attainment"] >= 0.9 > miss["slo_attainment"]
     assert best["rate_scale"] < miss["rate_scale"] <= 1.25 * best["rate_scale"]
@@ -164,7 +164,7 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
     assert math.isclose(best["offered_requests_per_s"],
                         base["offered_requests_per_s"] * best["rate_scale"], rel_tol=1e-9)
     # a probe is exactly a run at its rate_scale (no state carried between probes)
-    direct = npusim.api.simulate(DISAGG, overrides=["workload.slo.ttft_ms=45",
+    direct = npusim.api.simulate(DISAGG, overrides=["workload.slo.ttft_ms=38",
                                                     f"workload.trace.rate_scale={best['rate_scale']!r}"])
     assert direct.metrics["ttft_ms_p90"] == best["ttft_ms_p90"]
     assert direct.metrics["slo_attainment"] == best["slo_attainment"]
