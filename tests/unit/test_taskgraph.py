@@ -49,6 +49,26 @@ def test_ring_allgather_expands_to_p_minus_1_steps_per_member():
     assert all(len(t.deps) == 1 and isinstance(out.tasks[t.deps[0]], TransferTask) for t in step1)
 
 
+def test_broadcast_is_a_binomial_tree_of_log2_rounds():
+    # It was a store-and-forward chain: P - 1 rounds of the whole message (63 for the
+    # LM head's broadcast over 64 cores).
+    graph = TaskGraph()
+    src = graph.host(0, name="start")
+    members = [f"core{i}" for i in range(6)]
+    graph.collective("broadcast", members, 512, [src])
+    out = expand_collectives(graph, lambda endpoint: None)
+    transfers = {t.id: t for t in out.tasks if isinstance(t, TransferTask)}
+    assert sorted((t.src, t.dst) for t in transfers.values()) == sorted(
+        [("core0", "core1"), ("core0", "core2"), ("core1", "core3"),
+         ("core0", "core4"), ("core1", "core5")])
+    assert all(t.size_bytes == 512 for t in transfers.values())
+
+    def rounds(task):  # transfers on the longest dependency path ending with ``task``
+        return 1 + max((rounds(transfers[d]) for d in task.deps if d in transfers), default=0)
+    assert max(rounds(t) for t in transfers.values()) == 3           # ceil(log2 6)
+    assert set(out.tasks[-1].deps) == set(transfers)                 # the join waits for all
+
+
 def test_ring_allreduce_adds_reductions_on_the_receiver():
     graph = TaskGraph()
     graph.collective("allreduce", ["core0", "core1"], 2048)

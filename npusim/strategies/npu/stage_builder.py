@@ -15,8 +15,9 @@ from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.strategies.npu.heads import head_split, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan
-from npusim.strategies.npu.moe_mapping import MoeRouting, expert_placement
-from npusim.strategies.npu.partition import GemmSpec
+from npusim.strategies.npu.moe_mapping import (MoeRouting, TileBuffers, expert_placement,
+                                               stream_gemm)
+from npusim.strategies.npu.partition import GemmSpec, Ports
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import LayerOp, SequenceChunk, layer_ops, lm_head_ops
 
@@ -386,6 +387,10 @@ class StageBuilder:
         ops = lm_head_ops(self.model, [SequenceChunk(1, c.context_len, c.sample)
                                        for c in chunks], dtype)
         count = len(cores.cores)
+        # Weights not resident stream from each core's HBM in double-buffered column
+        # tiles, as a stage's GEMMs do, so their loads overlap the head's compute.
+        ports, buffers = Ports(graph, self.config.stream_chunk_bytes), TileBuffers()
+        streamed = not plan.lm_head_in_sram and self.has_hbm
         for core in cores.cores:
             norm, head = ops[0], ops[-1]
             task = graph.compute(f"core{core}.vec",
@@ -394,13 +399,7 @@ class StageBuilder:
                                     dtype_bytes=dtype, name="final_norm"),
                                  [start], f"final_norm@core{core}")
             columns = -(-head.op.n // count)
-            waits = [task]
-            if not plan.lm_head_in_sram and self.has_hbm:
-                waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram",
-                                            hidden * columns * dtype, (),
-                                            f"lm_head.weights@core{core}",
-                                            chunk_bytes=self.config.stream_chunk_bytes))
-            graph.compute(f"core{core}.sa", Op("gemm", m=rows, k=hidden, n=columns,
-                                               dtype_bytes=dtype, name="lm_head"),
-                          waits, f"lm_head@core{core}")
+            stream_gemm(graph, ports, buffers, core, "lm_head",
+                        Op("gemm", m=rows, k=hidden, n=columns, dtype_bytes=dtype,
+                           name="lm_head"), streamed, [task], self.config.weight_tile_bytes)
         return graph
