@@ -90,12 +90,20 @@ class KvAdmission:
         return None
 
     def _grow_or_preempt(self, replica: Replica, entries: list[Entry], pool: KvPool,
-                         reserve_max: bool) -> tuple[list[Entry], list[RequestState]]:
-        """Incremental KV: each decode needs one more token; preempt the newest decodes
-        of the micro-batch until the rest fit.  Returns the entries kept and the
-        preempted requests (``swapped`` set with ``preemption: swap``; with ``recompute``
-        their KV is dropped and they prefill again, on a prefill replica when this one
-        only decodes)."""
+                         reserve_max: bool, idle: list[RequestState] = (),
+                         in_pipeline: list[RequestState] = ()
+                         ) -> tuple[list[Entry], list[RequestState]]:
+        """Incremental KV: each decode of the micro-batch needs one more token; when
+        they do not all fit, preempt running requests in the scheduler's preemption order
+        (the newest first, or the lowest priority), from the batch's decodes and the
+        ``idle`` ones (decoding on this replica, out of the pipeline, not in this batch),
+        until the rest fit, as vLLM preempts from its whole running queue.  When the
+        first in that order is ``in_pipeline`` (in another micro-batch, so it cannot give
+        its KV up now), nothing launches: the replica waits for it to come back rather
+        than preempt a request the policy ranks above it (priority inversion).  Returns
+        the entries kept and the preempted requests (``swapped`` set with ``preemption:
+        swap``; with ``recompute`` their KV is dropped and they prefill again, on a
+        prefill replica when this one only decodes)."""
         if reserve_max:
             return entries, []
         growth = sum(pool.growth_cost(e.state) for e in entries if e.state.prefill_done)
@@ -105,15 +113,23 @@ class KvAdmission:
                 if entry.state.prefill_done:
                     pool.grow(entry.state)
             return entries, []
-        decoding = [e for e in entries if e.state.prefill_done]
-        victims = self.schedulers[replica.index].preemption_order(decoding)
+        in_batch = {id(e.state) for e in entries if e.state.prefill_done}
+        candidates = [e for e in entries if e.state.prefill_done] + [
+            Entry(state, 1, state.kv_tokens, True) for state in idle
+            if state.prefill_done and id(state) not in in_batch]
+        order = self.schedulers[replica.index].preemption_order
+        flying = [Entry(state, 1, state.kv_tokens, True) for state in in_pipeline]
+        if flying and any(order(candidates + flying)[0] is entry for entry in flying):
+            return [], []  # its KV comes free for preemption once its batch is back
+        victims = order(candidates)
         kept = list(entries)
         preempted: list[RequestState] = []
         for victim in victims:
             if growth <= free:
                 break
-            kept.remove(victim)
-            growth -= pool.growth_cost(victim.state)
+            if id(victim.state) in in_batch:
+                kept.remove(victim)
+                growth -= pool.growth_cost(victim.state)
             free += self._preempt(replica, victim.state, pool)
             preempted.append(victim.state)
         for entry in kept:

@@ -243,8 +243,12 @@ class ServingDriver(KvAdmission):
             if not entries and not outranked:
                 return False
             with pool.batch():  # no cached block is evicted before the batch holds its KV
-                entries, victims = self._grow_or_preempt(replica, entries, pool,
-                                                         reserves_max(replica))
+                chosen = {id(entry.state) for entry in entries}
+                entries, victims = self._grow_or_preempt(
+                    replica, entries, pool, reserves_max(replica),
+                    idle=[s for s in view.running if id(s) not in chosen],
+                    in_pipeline=[s for s in arrived if s.in_flight and s.prefill_done
+                                 and s.replica == replica.index])
                 victims = outranked + victims
                 for entry in entries:
                     state = entry.state
