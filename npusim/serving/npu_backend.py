@@ -269,9 +269,11 @@ def _bucketed(entries: list[Entry], bucket: int, exact_tokens: bool = False
 
 
 def _shape_key(chunks: tuple[SequenceChunk, ...]) -> tuple:
-    prefills = tuple((c.new_tokens, c.context_len, c.sample) for c in chunks if c.new_tokens > 1
-                     or c.context_len == 0)
-    decodes = [c.context_len for c in chunks if c.new_tokens == 1 and c.context_len > 0]
+    def is_decode(c: SequenceChunk) -> bool:  # as Entry.is_decode: a one-token chunk
+        # that samples nothing (a prompt's middle chunk) has no LM head row
+        return c.new_tokens == 1 and c.context_len > 0 and c.sample
+    prefills = tuple((c.new_tokens, c.context_len, c.sample) for c in chunks if not is_decode(c))
+    decodes = [c.context_len for c in chunks if is_decode(c)]
     # Decode attention is merged (keys summed), so only the count and the total matter.
     return prefills, len(decodes), sum(decodes)
 

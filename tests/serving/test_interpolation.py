@@ -204,3 +204,17 @@ def test_a_cut_shared_by_stages_with_the_same_plan_builds_each_stages_own_layers
               for part in (first, second)]
     assert layers[0] and layers[0].isdisjoint(layers[1])
     assert len(first.build().tasks) == len(second.build().tasks)
+
+
+@pytest.mark.component
+def test_a_one_token_chunk_that_samples_nothing_is_not_timed_as_a_decode():
+    # Prefill chunks are timed at their exact size now, so a 1-token middle chunk met
+    # a decode at the same context in the segment cache: whichever came first set the
+    # other's LM head (a decode without one, or a chunk with one).
+    replica, _ = _replica_and_session()
+    state = RequestState(Request("a", 0, 1000, 10))
+    chunk = replica.segments([Entry(state, 1, 500, False)], 64, "part", None, 4)
+    decode = replica.segments([Entry(state, 1, 500, True)], 64, "part", None, 4)
+    head = len(replica.groups)
+    assert not any(position == head for position, _, _ in chunk)
+    assert any(position == head for position, _, _ in decode)
