@@ -266,6 +266,8 @@ class ServingDriver(KvAdmission):
                     if not state.prefill_done:  # a prompt chunk: taken, not yet done
                         state.prefill_scheduled += entry.new_tokens
                     state.in_flight += 1
+            if entries:
+                scheduler.launched([entry.state for entry in entries])
             settle(replica, victims, now)
             if not entries:
                 if victims:  # the KV they freed may let this replica (or, for a decode

@@ -220,34 +220,50 @@ def lanes_view(running, stages):
     return v
 
 
+def launch(sched, running, stages):
+    """Form a batch and launch it, as the engine does: its requests go in flight."""
+    batch = sched.schedule(lanes_view(running, stages))
+    sched.launched([e.state for e in batch])
+    for e in batch:
+        e.state.in_flight = 1
+    return [e.state.id for e in batch]
+
+
 def test_sticky_lanes_take_turns_and_keep_their_members():
     sched = ContinuousScheduler(ContinuousConfig(max_batch_size=2, decode_lanes="sticky"))
     running = [state(i, prefilled=100, generated=1) for i in range(5)]
-    first = sched.schedule(lanes_view(running, stages=2))
-    assert [e.state.id for e in first] == ["r0", "r1"]           # lane 0
-    for e in first:
-        e.state.in_flight = 1
-    second = sched.schedule(lanes_view(running[2:], stages=2))
-    assert [e.state.id for e in second] == ["r2", "r3"]          # lane 1
-    for e in second:
-        e.state.in_flight = 1
+    assert launch(sched, running, stages=2) == ["r0", "r1"]          # lane 0
+    assert launch(sched, running[2:], stages=2) == ["r2", "r3"]      # lane 1
     # Lane 0's turn again, but it is still in the pipeline: nothing launches, and r4
     # (in no lane) does not take its place.
     assert sched.schedule(lanes_view(running[4:], stages=2)) == []
-    for e in first:
-        e.state.in_flight = 0
-    back = sched.schedule(lanes_view([running[0], running[1], running[4]], stages=2))
-    assert [e.state.id for e in back] == ["r0", "r1"]            # its own members, not r4
+    for s in running[:2]:
+        s.in_flight = 0
+    assert launch(sched, [running[0], running[1], running[4]], stages=2) == ["r0", "r1"]
     assert sched.lanes.sizes == {0: 2, 1: 2}
+
+
+def test_a_sticky_lane_keeps_its_turn_when_the_engine_drops_its_batch():
+    # The engine may launch nothing (it waits for KV): the lane proposed must go next
+    # time, not lose its turn to the lane after it.
+    sched = ContinuousScheduler(ContinuousConfig(max_batch_size=1, decode_lanes="sticky"))
+    a, b, c = (state(i, prefilled=100, generated=1) for i in range(3))
+    assert launch(sched, [a, b, c], stages=3) == ["r0"]
+    assert launch(sched, [b, c], stages=3) == ["r1"]
+    assert launch(sched, [c], stages=3) == ["r2"]
+    a.in_flight = 0
+    assert [e.state.id for e in sched.schedule(lanes_view([a], stages=3))] == ["r0"]  # dropped
+    b.in_flight = 0
+    # still lane 0's turn: a goes, not b
+    assert [e.state.id for e in sched.schedule(lanes_view([a, b], stages=3))] == ["r0"]
 
 
 def test_a_sticky_lane_with_room_takes_new_requests_and_drops_finished_ones():
     sched = ContinuousScheduler(ContinuousConfig(max_batch_size=3, decode_lanes="sticky"))
     a, b, c, d = (state(i, prefilled=100, generated=1) for i in range(4))
-    assert [e.state.id for e in sched.schedule(lanes_view([a, b], stages=1))] == ["r0", "r1"]
-    a.finish_ps = 1  # a finished: it is no longer offered as running
-    batch = sched.schedule(lanes_view([b, c, d], stages=1))
-    assert [e.state.id for e in batch] == ["r1", "r2", "r3"]
+    assert launch(sched, [a, b], stages=1) == ["r0", "r1"]
+    a.finish_ps, a.in_flight, b.in_flight = 1, 0, 0  # a finished: no longer offered
+    assert launch(sched, [b, c, d], stages=1) == ["r1", "r2", "r3"]
     assert sched.lanes.sizes == {0: 3}
 
 
@@ -276,7 +292,8 @@ def test_a_preempted_member_leaves_its_lane_even_while_it_is_prefilled_again():
     # here): in flight, but no longer in its decode lane, which must not wait for it.
     sched = ContinuousScheduler(ContinuousConfig(max_batch_size=2, decode_lanes="sticky"))
     a, b = (state(i, prefilled=100, generated=1) for i in range(2))
-    assert [e.state.id for e in sched.schedule(lanes_view([a, b], stages=2))] == ["r0", "r1"]
+    assert launch(sched, [a, b], stages=2) == ["r0", "r1"]
+    b.in_flight = 0
     a.preempted, a.in_flight = 1, 1
-    assert [e.state.id for e in sched.schedule(lanes_view([b], stages=2))] == ["r1"]
+    assert launch(sched, [b], stages=2) == ["r1"]
     assert sched.lanes.sizes == {0: 1}

@@ -120,6 +120,13 @@ class OrderedScheduler:
     handed-over requests and when it must preempt, so that policy stays here."""
 
     config: SchedulerConfigBase
+    lanes: DecodeLanes | None = None  # sticky decode lanes, for the policies with them
+
+    def launched(self, states: list[RequestState]) -> None:
+        """The engine launched a micro-batch of ``states`` (what this scheduler proposed,
+        less any it preempted): policy state that only a launch commits is updated here."""
+        if self.lanes is not None:
+            self.lanes.launched(states)
 
     @property
     def pipelines_chunks(self) -> bool:

@@ -30,7 +30,11 @@ from npusim.serving.state import RequestState
 class DecodeLanes:
     """Lane membership of one replica's decoding requests (one instance per scheduler,
     so per replica).  Lanes take turns: lane ``k`` launches after lane ``k - 1``, as a
-    pipeline's micro-batches follow one another through its stages."""
+    pipeline's micro-batches follow one another through its stages.
+
+    :meth:`next_batch` proposes a lane's micro-batch; :meth:`launched` commits it once
+    the engine has launched it (a batch the engine drops, e.g. to wait for KV, leaves
+    the lanes and the turn as they were)."""
 
     def __init__(self) -> None:
         self._lanes: dict[int, list[RequestState]] = {}
@@ -38,6 +42,7 @@ class DecodeLanes:
         # has left (it is prefilled again, maybe in flight on another replica).
         self._joined: dict[int, int] = {}
         self._turn = 0  # the lane whose turn it is
+        self._proposed: tuple[int, list[RequestState], int] | None = None
 
     @property
     def sizes(self) -> dict[int, int]:
@@ -52,9 +57,10 @@ class DecodeLanes:
         The lanes (``lanes_max``, one per pipeline stage) take turns.  The lane whose
         turn it is goes with its members and fills its room with new requests (in no
         lane), in ``running``'s order; members beyond ``slots`` (the limit shrank) leave
-        it and queue as new requests.  A lane with no members and nothing to take gives
-        up its turn; a lane still in the pipeline keeps it, so the batch is empty until
-        it is back."""
+        it when it launches and queue as new requests.  A lane with no members and
+        nothing to take gives up its turn; a lane still in the pipeline keeps it, so the
+        batch is empty until it is back."""
+        self._proposed = None
         present = {id(state) for state in running}
         # A member stays while it is in this lane's micro-batch in the pipeline or
         # running here; one that finished, was preempted or left the replica leaves.
@@ -62,14 +68,7 @@ class DecodeLanes:
             members = [m for m in self._lanes[lane]
                        if m.preempted == self._joined[id(m)]
                        and (m.in_flight or id(m) in present)]
-            kept = {id(m) for m in members}
-            for gone in self._lanes[lane]:
-                if id(gone) not in kept:
-                    del self._joined[id(gone)]
-            if members:
-                self._lanes[lane] = members
-            else:
-                del self._lanes[lane]
+            self._keep(lane, members)
         in_lanes = {id(m) for members in self._lanes.values() for m in members}
         new = [s for s in running if id(s) not in in_lanes]
         for step in range(lanes_max):
@@ -79,11 +78,33 @@ class DecodeLanes:
                 return []  # its turn, but its previous token is not out yet
             batch = members[:slots] + new[:max(0, slots - len(members))]
             if batch:
-                for left in members[slots:]:
-                    del self._joined[id(left)]
-                for state in batch:
-                    self._joined.setdefault(id(state), state.preempted)
-                self._lanes[lane] = batch
-                self._turn = (lane + 1) % lanes_max
+                self._proposed = (lane, batch, lanes_max)
                 return batch
         return []
+
+    def launched(self, states: list[RequestState]) -> None:
+        """The engine launched ``states`` (the proposed batch less any it preempted): they
+        are the lane's members now, and the next lane has the turn."""
+        if self._proposed is None:
+            return
+        lane, batch, lanes_max = self._proposed
+        self._proposed = None
+        went = {id(state) for state in states}
+        members = [state for state in batch if id(state) in went]
+        if not members:
+            return
+        for state in members:
+            self._joined.setdefault(id(state), state.preempted)
+        self._keep(lane, members)
+        self._turn = (lane + 1) % lanes_max
+
+    def _keep(self, lane: int, members: list[RequestState]) -> None:
+        """``members`` are lane ``lane``'s; the others it had leave it."""
+        kept = {id(m) for m in members}
+        for gone in self._lanes.get(lane, []):
+            if id(gone) not in kept:
+                del self._joined[id(gone)]
+        if members:
+            self._lanes[lane] = members
+        else:
+            self._lanes.pop(lane, None)
