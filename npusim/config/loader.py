@@ -205,9 +205,10 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             close = difflib.get_close_matches(str(parts[-1]), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             listing = f" (known keys: {', '.join(known)})" if known else ""
-            others = _kinds_with_field(owner, str(parts[-1])) if owner and not close else []
-            if others:  # a key of a sibling part: say which kinds take it
-                hint = (f" for kind: {_kind_name(owner)}; {', '.join(others)} "
+            siblings = _kinds_with_field(owner, str(parts[-1])) if owner and not close else None
+            if siblings and siblings[1]:  # a key of a sibling part: say which kinds take it
+                kind_name, others = siblings
+                hint = (f" for kind: {kind_name}; {', '.join(others)} "
                         f"{'takes' if len(others) == 1 else 'take'} it")
             message = f"unknown key{hint}{listing}"
         elif kind == "missing":
@@ -241,21 +242,18 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
     return problems
 
 
-def _kind_name(config: type[BaseModel]) -> str:
-    field = config.model_fields.get("kind")
-    return str(field.default) if field is not None else config.__name__
-
-
-def _kinds_with_field(config: type[BaseModel], key: str) -> list[str]:
-    """The other registered kinds of ``config``'s category that have a field ``key``."""
+def _kinds_with_field(config: type[BaseModel], key: str) -> tuple[str, list[str]] | None:
+    """``config``'s registered kind and the other kinds of its category that have a
+    field ``key``; None if ``config`` is no registered part."""
     from npusim.core import registry
 
     for category in registry.categories():
         table = registry.entries(category)
-        if any(entry.config is config for entry in table.values()):
-            return [name for name, entry in table.items()
-                    if entry.config is not config and key in entry.config.model_fields]
-    return []
+        mine = next((name for name, entry in table.items() if entry.config is config), None)
+        if mine is not None:
+            return mine, [name for name, entry in table.items()
+                          if entry.config is not config and key in entry.config.model_fields]
+    return None
 
 
 def _owner_model(model: Any, data: Any, parts: list[Any]) -> type[BaseModel] | None:

@@ -67,8 +67,8 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
     if format == "auto":
         first = next(number for number, line in enumerate(raw_lines, start=1) if line.strip())
         format = _detect_format(path, _decoded(raw_lines[first - 1], first, source))
-    # Decoded line by line as the rows are read, so a file is read only up to ``limit``
-    # and a byte that is not UTF-8 is named by its line.
+    # Decoded line by line as the rows are parsed, so parsing (and decoding) stops at
+    # ``limit`` and a byte that is not UTF-8 is named by its line.
     lines = (_decoded(line, number, source) for number, line in enumerate(raw_lines, start=1))
     rows = jsonl_rows(lines, source) if format in ("jsonl", "mooncake") else csv_rows(lines, source)
     trace = _build(rows, source, format, limit, allow_simultaneous or format == "mooncake",
