@@ -117,15 +117,17 @@ class ServingDriver(KvAdmission):
             running = [s for s in arrived if not s.in_flight and not s.finished
                        and s.prefill_done and s.replica == replica.index
                        and s.admitted and s.ready_ps <= now and replica.role != "prefill"]
-            flying = sum(1 for s in arrived if s.in_flight and s.replica == replica.index)
+            flying = [s for s in arrived if s.in_flight and s.replica == replica.index]
             pool = pools[replica.index]
             return SchedulerView(now, waiting, running, pool.free_tokens,
                                  reserves_max(replica), in_flight[replica.index], replica.role,
-                                 len(replica.groups), flying, self.config.scheduler.fill_pipeline,
+                                 len(replica.groups), len(flying),
+                                 self.config.scheduler.fill_pipeline,
                                  kv_cost=lambda state, tokens: pool.admission_cost(
                                      tokens, state.prefix_keys, state.cache_hit_blocks),
                                  kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown),
-                                 kv_held=lambda held: pool.charge(pool.reserved_tokens(held)))
+                                 kv_held=lambda held: pool.charge(pool.reserved_tokens(held)),
+                                 in_pipeline=tuple(s for s in flying if s.prefill_done))
 
         # The router (workload.router): which entry replica an arriving request is bound
         # to, and how many unfinished requests each one holds.
@@ -247,8 +249,7 @@ class ServingDriver(KvAdmission):
                 entries, victims = self._grow_or_preempt(
                     replica, entries, pool, reserves_max(replica),
                     idle=[s for s in view.running if id(s) not in chosen],
-                    in_pipeline=[s for s in arrived if s.in_flight and s.prefill_done
-                                 and s.replica == replica.index])
+                    in_pipeline=list(view.in_pipeline))
                 victims = outranked + victims
                 for entry in entries:
                     state = entry.state

@@ -144,6 +144,8 @@ class SchedulerView:
     # Free KV tokens preempting this request gives back at least (its own blocks; cached
     # prefix blocks it shares may stay referenced); None: preemption is not offered.
     kv_held: Callable[[RequestState], int] | None = None
+    # This replica's decoding requests in the pipeline (they cannot give their KV up now).
+    in_pipeline: tuple[RequestState, ...] = ()
 
     @property
     def decode_share(self) -> int:

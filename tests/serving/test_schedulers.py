@@ -297,3 +297,18 @@ def test_a_preempted_member_leaves_its_lane_even_while_it_is_prefilled_again():
     a.preempted, a.in_flight = 1, 1
     assert launch(sched, [b], stages=2) == ["r1"]
     assert sched.lanes.sizes == {0: 1}
+
+
+def test_priority_preemption_waits_for_a_lower_ranked_request_in_the_pipeline():
+    # An urgent prompt needs KV: the idle class-1 request would make room, but a class-2
+    # request in the pipeline ranks lower still, so the scheduler waits for it rather
+    # than preempt class 1 (priority inversion).
+    sched = ContinuousScheduler(ContinuousConfig(order="priority", preempt_lower_priority=True))
+    urgent = state(0, prompt=40, output=10, priority=0)
+    idle = state(1, prefilled=100, generated=1, priority=1)
+    flying = state(2, prefilled=100, generated=1, priority=2)
+    v = view(waiting=[urgent], running=[idle], kv_free=0)
+    v.kv_held = lambda s: s.kv_tokens
+    assert sched.priority_victims(v) == [idle]          # nothing lower in the pipeline
+    v.in_pipeline = (flying,)
+    assert sched.priority_victims(v) == []              # wait for class 2 to come back

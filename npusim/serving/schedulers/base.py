@@ -156,7 +156,8 @@ class OrderedScheduler:
         """Running requests to preempt so that the first waiting prompt (in service
         order) that is not yet admitted fits: those of a lower priority, lowest and
         newest first, as few as make room; none unless ``preempt_lower_priority`` is set
-        and preempting every lower-priority running request would make room."""
+        and preempting every lower-priority running request would make room, nor while
+        the first in preemption order is in the pipeline (it is waited for)."""
         if not self.config.preempt_lower_priority or view.kv_held is None:
             return []
         head = next((s for s in self.service_order(view.waiting) if not s.admitted), None)
@@ -167,6 +168,12 @@ class OrderedScheduler:
             return []
         lower = [Entry(s, 1, s.kv_tokens, True) for s in view.running
                  if s.request.priority > head.request.priority]
+        flying = [Entry(s, 1, s.kv_tokens, True) for s in view.in_pipeline
+                  if s.request.priority > head.request.priority]
+        if flying and any(self.preemption_order(lower + flying)[0] is e for e in flying):
+            # The first to give way is in the pipeline: wait for it rather than preempt
+            # a request ranked above it (as a decode batch short of KV does).
+            return []
         victims: list[RequestState] = []
         for entry in self.preemption_order(lower):
             if short <= 0:
