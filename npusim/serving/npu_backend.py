@@ -95,10 +95,7 @@ class Replica:
             count, total = len(entries), sum(e.context_len for e in entries)
             corners = decode_corners(count, total, bucket, grid)
         if corners is None:
-            # With dense parts interpolated on a token grid, a prefill chunk's tokens are
-            # timed exactly (its attention part is its own, its dense parts a blend);
-            # otherwise they are rounded up too, so that similar batches share a stage.
-            chunks = _bucketed(entries, bucket, exact_tokens=token_grid is not None)
+            chunks = _bucketed(entries, bucket)
             cache_key: tuple = (granularity, token_grid, _shape_key(chunks))
         else:
             # Decode-only: the shape is (no prefills, count, total); the evenly spread
@@ -239,21 +236,18 @@ def _spread(count: int, total: int) -> tuple[SequenceChunk, ...]:
                  for i in range(count))
 
 
-def _bucketed(entries: list[Entry], bucket: int, exact_tokens: bool = False
-              ) -> tuple[SequenceChunk, ...]:
+def _bucketed(entries: list[Entry], bucket: int) -> tuple[SequenceChunk, ...]:
     """Chunks in a canonical order (prefills by size, then decodes) with contexts
     rounded up to ``bucket`` tokens: iterations that differ only inside a bucket share
-    one timed segment.  A prefill chunk's own tokens are rounded up to half a bucket
-    too, unless ``exact_tokens`` (their dense work is interpolated instead)."""
+    one timed segment.  A prefill chunk's own tokens are exact: they set its GEMMs' row
+    count, which rounding would inflate (until 2026-11-27 they were rounded up to half a
+    bucket, timing a 100-token prompt as 128 tokens)."""
     def ctx(value: int) -> int:
         return -(-value // bucket) * bucket
 
-    def tokens(value: int) -> int:  # prefill chunks: rounded up to half the context bucket
-        step = 1 if exact_tokens else max(1, bucket // 2)
-        return -(-value // step) * step
     # A recomputed prefix is timed as part of the chunk: its tokens run again, causally,
     # after the context that was kept (none for chunk_kv: recompute).
-    prefills = sorted((tokens(e.new_tokens + e.recomputed_tokens),
+    prefills = sorted((e.new_tokens + e.recomputed_tokens,
                        ctx(e.context_len - e.recomputed_tokens), e.samples)
                       for e in entries if not e.is_decode)
     decodes = [e.context_len for e in entries if e.is_decode]

@@ -137,7 +137,7 @@ def test_interpolation_on_the_default_grid_matches_a_fine_grid_end_to_end():
                                            "workload.trace.limit=6", "workload.model=qwen3_1_7b",
                                            "workload.scheduler={kind: static}", *overrides]).metrics
     default, fine = replay(), replay("workload.decode_grid_points_per_octave=1024")
-    # Without interpolation contexts and prefill chunks are rounded up instead.
+    # Without interpolation, contexts are rounded up and dense parts timed per token count.
     rounded = replay("workload.decode_interpolation=false", "workload.dense_interpolation=false")
     assert default["iterations"] == fine["iterations"] == rounded["iterations"]
     assert default["memo"]["misses"] < fine["memo"]["misses"]
