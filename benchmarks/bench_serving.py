@@ -11,7 +11,8 @@ Usage::
         [--granularities stage part] [--set PATH=VALUE ...] [--json FILE|-]
 
 The trace is not in the repository: download AzureLLMInferenceTrace_conv.csv (see
-traces/README.md); the default path is the shared data directory of the dev machine.
+traces/README.md); the default path is $NPUSIM_DATA_DIR, else shared/data beside the
+checkout.
 Each mode runs with each ``workload.segment_granularity`` (``part``: the default, stages
 timed as chains of parts cut at attention blocks; ``stage``: every pipeline stage timed
 as one graph, the reference; see docs/serving.md).  Targets: tlm under 60 s, analytic
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,7 +35,10 @@ from npusim.api import simulate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml"
-DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "AzureLLMInferenceTrace_conv.csv"
+# NPUSIM_DATA_DIR: the folder holding the Azure traces (default: shared/data beside the
+# checkout, as the tests look for it: tests/data.py)
+DEFAULT_TRACE = (Path(os.environ.get("NPUSIM_DATA_DIR") or ROOT.parent / "shared" / "data")
+                 / "AzureLLMInferenceTrace_conv.csv")
 
 
 @guarded

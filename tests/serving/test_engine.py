@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from npusim.api import simulate
+from tests.data import AZURE_CONV, missing
 
 pytestmark = pytest.mark.component
 
 FUSION = "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"
 DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
-AZURE = Path("/work/shared/data/AzureLLMInferenceTrace_conv.csv")
 SMALL = ["workload.model=qwen3_1_7b", "workload.trace.limit=8"]
 
 
@@ -214,10 +214,10 @@ def test_a_bad_trace_line_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not AZURE.exists(), reason="Azure trace not available at /work/shared/data")
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=missing(AZURE_CONV))
 def test_azure_conversation_replay_of_300_requests_accounts_for_every_request(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", FUSION, "-q",
-                           "--trace", str(AZURE), "--set", "workload.trace.limit=300",
+                           "--trace", str(AZURE_CONV), "--set", "workload.trace.limit=300",
                            "--out", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     rows = (tmp_path / "requests.csv").read_text().splitlines()[1:]

@@ -22,13 +22,11 @@ from npusim.workload.trace_generators import (FixedArrival, FixedLength, GammaAr
                                               generate_trace, sample_arrivals_ps, sample_lengths)
 from npusim.workload.trace_spec import TraceSpec
 from npusim.workload.traces import Request, RequestTrace, read_trace
+from tests.data import AZURE_CODE, AZURE_CONV, missing
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).parents[2]
-AZURE = Path(__file__).parents[3] / "shared" / "data"
-AZURE_CONV = AZURE / "AzureLLMInferenceTrace_conv.csv"
-AZURE_CODE = AZURE / "AzureLLMInferenceTrace_code.csv"
 PS = 10**12
 
 
@@ -174,9 +172,7 @@ def _azure_reference(path: Path, n: int):
     return arrivals_s, [int(r["ContextTokens"]) for r in rows], [int(r["GeneratedTokens"]) for r in rows]
 
 
-@pytest.mark.skipif(not AZURE_CONV.is_file(),
-                    reason=f"Azure LLM inference trace not present at {AZURE_CONV} "
-                           "(download from github.com/Azure/AzurePublicDataset)")
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=missing(AZURE_CONV))
 @pytest.mark.parametrize("path", [AZURE_CONV, AZURE_CODE], ids=["conv", "code"])
 def test_azure_reader_first_300(path):
     trace = read_trace(path, limit=300)
@@ -193,7 +189,7 @@ def test_azure_reader_first_300(path):
     assert trace.stats()["mean_rate_per_s"] == pytest.approx(299 / ref_arrivals_s[-1])
 
 
-@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=f"Azure trace not present at {AZURE_CONV}")
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason=missing(AZURE_CONV))
 def test_azure_exact_sub_microsecond_digits():
     trace = read_trace(AZURE_CONV, "azure", limit=2)
     # 18:15:50.9951690 - 18:15:46.6805900 = 4.3145790 s exactly
