@@ -147,9 +147,12 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
     """Per-unit counters of one segment, summed straight from the distinct ops and
     transfer shapes it ran: the same dict :meth:`Device.unit_stats` gives after counting
     on the parts (busy parts only, in the device's part order), without resetting and
-    reading every part of a large chip for each segment."""
+    reading every part of a large chip for each segment.  A routed network also gets
+    ``hop_bytes`` (bytes x router-to-router hops, from each transfer shape's route), so
+    that energy charges every hop crossed, as the tlm level's per-link bytes do."""
     names = {id(part): name for name, part in device.parts.items()}
     counts: dict[str, list[int]] = {}
+    hop_bytes: dict[str, int] = {}  # only parts whose stages have a known hop count
     for duration, occurrences, unit, op in computes.values():
         row = counts.get(unit)
         if row is None:
@@ -158,7 +161,7 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
         row[1] += occurrences
         row[2] += op.flops * occurrences
     for accounting, occurrences in transfers.values():
-        for part, action, busy, size, chunks in accounting:
+        for part, action, busy, size, chunks, hops_x_bytes in accounting:
             name = names[id(part)]
             row = counts.get(name)
             if row is None:
@@ -166,7 +169,13 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
             row[0] += busy * occurrences
             row[4 if action == "write" else 3] += size * occurrences
             row[5] += chunks * occurrences
+            if hops_x_bytes is not None:
+                hop_bytes[name] = hop_bytes.get(name, 0) + hops_x_bytes * occurrences
     order = {name: index for index, name in enumerate(device.parts)}
-    return {name: dict(zip(_COUNTERS, row))
-            for name, row in sorted(counts.items(), key=lambda item: order[item[0]])
-            if any(row)}
+    out = {name: dict(zip(_COUNTERS, row))
+           for name, row in sorted(counts.items(), key=lambda item: order[item[0]])
+           if any(row)}
+    for name, value in hop_bytes.items():
+        if name in out:
+            out[name]["hop_bytes"] = value
+    return out

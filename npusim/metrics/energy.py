@@ -1,7 +1,8 @@
 """Energy roll-up: a run's per-unit counters x per-event energies, plus static power.
 
 :func:`energy_metrics` turns ``Result.unit_stats`` (what the parts counted: flops, bytes
-read and written, DRAM row activations, bytes per NoC link) into joules with the
+read and written, DRAM row activations, bytes per NoC link or, at the analytic level,
+NoC bytes x route hops) into joules with the
 parameters of :class:`npusim.hw.energy.EnergyConfig`, and adds the static power of every
 part over the run.  The model, its sources and its gaps are in ``docs/energy.md``.
 
@@ -201,9 +202,13 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
                     level_of[link] = level
                     busy_of[link] = unit_stats[link].get("busy_ps", 0)
                 energy, how = 0.0, "link_stats"
+            elif "hop_bytes" in stats:
+                # analytic: no per-link traffic, but each transfer's route is known:
+                # bytes x hops is what the tlm links carry in total for the same transfers.
+                energy, how = 8 * stats["hop_bytes"] * hop_pj, "route_hops"
             else:
-                # analytic: per-link traffic is not recorded; charge one hop per byte
-                # (exact for neighbour transfers, low for longer routes).
+                # Counters without routes (stats from elsewhere): one hop per byte, exact
+                # for neighbour transfers and low for longer routes.
                 energy, how = moved_bits * hop_pj, "one_hop_assumed"
             if moved_bits:
                 basis["noc"] = {"pj_per_bit_per_hop": hop_pj, "link_length_mm": link_mm,

@@ -12,9 +12,13 @@ from npusim.api import build_device
 from npusim.cli import main
 from npusim.config.loader import resolve_presets, validate
 from npusim.config.presets import REPO_ROOT
+from npusim.executor.analytic import run_analytic
+from npusim.executor.base import prepare
+from npusim.executor.tlm import run_tlm
 from npusim.hw.area import npu_area_mm2
 from npusim.hw.devices.npu import NpuConfig
 from npusim.hw.energy import EnergyConfig
+from npusim.mapping.taskgraph import TaskGraph
 from npusim.metrics.energy import energy_metrics, generated_tokens, noc_hop_pj_per_bit
 
 SCENARIOS = REPO_ROOT / "workloads" / "scenarios"
@@ -194,10 +198,57 @@ def test_noc_energy_is_bytes_times_hops_times_hop_energy():
     hop = tlm.metrics["energy"]["basis"]["noc"]["pj_per_bit_per_hop"]
     assert link_bytes > 0 and tlm.metrics["energy"]["basis"]["noc"]["hops_basis"] == "link_stats"
     assert level(tlm, "noc") == pytest.approx(link_bytes * 8 * hop * PJ, rel=REL)
-    # The quickstart's ring moves every byte one hop, so the analytic one-hop charge agrees.
+    # The quickstart's ring moves every byte one hop; the analytic level counts the hops
+    # of each transfer's route, the same bytes x hops.
     analytic = quickstart("analytic")
-    assert analytic.metrics["energy"]["basis"]["noc"]["hops_basis"] == "one_hop_assumed"
+    assert analytic.metrics["energy"]["basis"]["noc"]["hops_basis"] == "route_hops"
+    assert analytic.unit_stats["noc"]["hop_bytes"] == moved_bytes(analytic, "noc") == link_bytes
     assert level(analytic, "noc") == pytest.approx(level(tlm, "noc"), rel=REL)
+
+
+def one_transfer(mode, src, dst, size_bytes):
+    """``(unit stats, energy metrics)`` of one transfer on a fresh 64-core chip."""
+    device = build_device(validate(NpuConfig, resolve_presets(
+        {"preset": "npu/large_core_64"}, "test"), "test"))
+    graph = TaskGraph()
+    graph.transfer(src, dst, size_bytes)
+    run = (run_tlm if mode == "tlm" else run_analytic)(prepare(graph, device), device)
+    return run.unit_stats, energy_metrics(run.unit_stats, device, run.makespan_ps)
+
+
+@pytest.mark.component
+def test_analytic_noc_energy_charges_every_hop_of_the_route():
+    """Corner to corner of the 8x8 mesh is 14 hops (XY routing): both fidelities charge
+    14 x bytes (the analytic level once charged one hop per byte, 14x too little)."""
+    size = 1 << 20
+    analytic, a_energy = one_transfer("analytic", "core0.sram", "core63.sram", size)
+    tlm, t_energy = one_transfer("tlm", "core0.sram", "core63.sram", size)
+    hop = a_energy["basis"]["noc"]["pj_per_bit_per_hop"]
+    assert analytic["noc"]["bytes_read"] == tlm["noc"]["bytes_read"] == size
+    assert analytic["noc"]["hop_bytes"] == tlm["noc"]["hop_bytes"] == 14 * size
+    assert tlm["noc"]["hop_bytes"] == sum(s["bytes"] for u, s in tlm.items()
+                                          if u.startswith("noc.link("))
+    # Only the routed network counts hops (memory stages have none).
+    assert [u for u, s in analytic.items() if "hop_bytes" in s] == ["noc"]
+    assert a_energy["basis"]["noc"]["hops_basis"] == "route_hops"
+    assert t_energy["basis"]["noc"]["hops_basis"] == "link_stats"
+    assert a_energy["energy_by_level_j"]["noc"] == pytest.approx(14 * size * 8 * hop * PJ, rel=REL)
+    assert a_energy["energy_by_level_j"]["noc"] == pytest.approx(
+        t_energy["energy_by_level_j"]["noc"], rel=1e-9)
+
+
+@pytest.mark.component
+def test_analytic_and_tlm_noc_energy_agree_on_a_multi_hop_ring():
+    """The quickstart's all-gather ring on the mesh's corners: every ring step is 7 hops."""
+    corners = "workload.cores=[0,7,63,56]"
+    analytic, tlm = quickstart("analytic", corners), quickstart("tlm", corners)
+    noc_bytes = moved_bytes(analytic, "noc")
+    assert noc_bytes == moved_bytes(tlm, "noc") > 0
+    assert analytic.unit_stats["noc"]["hop_bytes"] == tlm.unit_stats["noc"]["hop_bytes"] \
+        == 7 * noc_bytes
+    hop = analytic.metrics["energy"]["basis"]["noc"]["pj_per_bit_per_hop"]
+    assert level(analytic, "noc") == pytest.approx(7 * noc_bytes * 8 * hop * PJ, rel=REL)
+    assert level(analytic, "noc") == pytest.approx(level(tlm, "noc"), rel=1e-9)
 
 
 @pytest.mark.component

@@ -41,6 +41,13 @@ class Stage:
         assert isinstance(self.part, MemoryTarget)
         return self.part.access_time_ps(size_bytes, self.action == "write", pattern)
 
+    def hops(self) -> int | None:
+        """Router-to-router links a network stage crosses (its route on a mesh, ring or
+        line), or ``None`` where that is not known: a memory stage, or a network without
+        routes (a point-to-point link).  Energy charges NoC bytes per hop crossed."""
+        hops = getattr(self.part, "hops", None) if self.action == "net" else None
+        return hops(self.src_node, self.dst_node) if callable(hops) else None
+
 
 @dataclass(frozen=True, slots=True)
 class TransferPlan:
@@ -144,9 +151,11 @@ class Device:
         """Everything the analytic executor needs about a transfer, cached by shape.
 
         Returns ``(duration_ps, reservations, accounting)``; ``accounting`` lists
-        ``(part stats, action, busy_ps, bytes, transactions)`` to add per stage.  The
-        closed form ignores the task's base address, so transfers with the same
-        endpoints, size, pattern and chunking share one entry.
+        ``(part, action, busy_ps, bytes, transactions, hop_bytes)`` to add per stage,
+        ``hop_bytes`` being bytes x router-to-router hops on a routed network and
+        ``None`` elsewhere (:meth:`Stage.hops`).  The closed form ignores the task's base
+        address, so transfers with the same endpoints, size, pattern and chunking share
+        one entry (the route, hence the hop count, is computed once per entry).
         """
         key = (task.src, task.dst, task.size_bytes, task.pattern, task.chunk_bytes)
         cached = self.analytic_cache.get(key)
@@ -158,7 +167,8 @@ class Device:
                 chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
                 accounting = [(stage.part, stage.action,
                                self.stage_busy_ps(stage, task.size_bytes, plan.pattern),
-                               task.size_bytes, chunks) for stage in plan.stages]
+                               task.size_bytes, chunks, _hop_bytes(stage, task.size_bytes))
+                              for stage in plan.stages]
                 cached = (self.transfer_time_ps(task, seed, plan),
                           self.transfer_reservations(task, seed, plan), accounting)
             self.analytic_cache[key] = cached
@@ -220,6 +230,9 @@ class Device:
             else:
                 stats.bytes_read += task.size_bytes
             stats.transactions += chunks
+            hop_bytes = _hop_bytes(stage, task.size_bytes)
+            if hop_bytes is not None:
+                stats.add("hop_bytes", hop_bytes)
 
     def bind(self, env: Any) -> None:
         for part in self.parts.values():
@@ -231,7 +244,11 @@ class Device:
 
     def unit_stats(self) -> dict[str, dict[str, int]]:
         """Counters of every part that did any work (idle parts are omitted: a 256-core
-        chip running a 4-core segment reports 4 cores, not 256 rows of zeros)."""
+        chip running a 4-core segment reports 4 cores, not 256 rows of zeros).
+
+        A routed network (a part with ``hops``) that counts per-link traffic also reports
+        ``hop_bytes``, the bytes its links carried (bytes x router-to-router hops), the
+        counter the analytic level derives from routes: both fidelities report it."""
         stats = {}
         for name, part in self.parts.items():
             values = part.stats.as_dict()
@@ -239,9 +256,13 @@ class Device:
                 stats[name] = values
             extra = getattr(part, "link_stats", None)
             if callable(extra):
-                for link, counters in extra().items():
+                links = extra()
+                for link, counters in links.items():
                     if any(counters.values()):
                         stats[f"{name}.link{link}"] = dict(counters)
+                if (name in stats and callable(getattr(part, "hops", None))
+                        and "hop_bytes" not in values):  # not already counted analytically
+                    values["hop_bytes"] = sum(c.get("bytes", 0) for c in links.values())
         return stats
 
     # -- transfer timing -----------------------------------------------------------
@@ -273,6 +294,13 @@ class Device:
         workers = [DmaWorker(env, cursor, steps, task.name, on_chunk)
                    for _ in range(min(plan.max_outstanding, len(chunks)))]
         yield env.all_of(workers)
+
+
+def _hop_bytes(stage: Stage, size_bytes: int) -> int | None:
+    """Bytes x router-to-router hops of ``size_bytes`` through ``stage`` (``None`` for a
+    stage whose hop count is unknown, see :meth:`Stage.hops`)."""
+    hops = stage.hops()
+    return None if hops is None else size_bytes * hops
 
 
 def _chunk_offsets(size_bytes: int, plan: TransferPlan) -> list[tuple[int, int, int]]:
