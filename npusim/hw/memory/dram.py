@@ -259,8 +259,14 @@ class DramChannel(MemoryTarget):
 
     # -- tlm -------------------------------------------------------------------------
     def bind(self, env: Any) -> None:
-        """Create one controller process per channel in ``env`` (fresh bank state)."""
+        """Attach to ``env`` with fresh bank state.  The channel controllers are built at
+        the first submission: a chip binds every part for each segment it times, most
+        segments touch a few cores' memory, and an untouched controller is all initial
+        state (refresh catches up lazily), so building it later changes no timing."""
         super().bind(env)
+        self._controllers = []
+
+    def _build_controllers(self) -> list[ChannelController]:
         cfg = self.config
         self._controllers = [
             ChannelController(ch, self.timing, cfg.ranks, cfg.bank_groups, cfg.banks_per_group,
@@ -270,7 +276,8 @@ class DramChannel(MemoryTarget):
             controller.command_log = self.command_log
             controller.decisions = self._decisions
             controller.transitions = self._transitions
-            controller.bind(env)
+            controller.bind(self.env)
+        return self._controllers
 
     def reset_stats(self) -> None:
         super().reset_stats()
@@ -293,14 +300,14 @@ class DramChannel(MemoryTarget):
         many requests in flight, limited only by backpressure.
         """
         env = self.env
-        if env is None or not self._controllers:
+        if env is None:
             raise RuntimeError(f"{self.name}: bind(env) before submitting transactions")
         txn.begin_req_ps = env.now
         layout, row_base = self._layout(txn.addr, max(1, txn.size_bytes))
         handle = DramHandle(txn, DelayedEvent(env), len(layout), len(layout))
         on_accept = lambda now, h=handle: self._on_accept(h, now)  # noqa: E731
         on_commit = lambda first, end, h=handle: self._on_commit(h, first, end)  # noqa: E731
-        controllers = self._controllers
+        controllers = self._controllers or self._build_controllers()
         for channel, channel_runs, run_plans, bursts, shape in layout:
             self._seq += 1
             controllers[channel].offer(ChannelRequest(
