@@ -126,7 +126,11 @@ def test_fuzz_loader_only_raises_config_errors(path, value):
     try:
         load_scenario(QUICKSTART, [f"{path}={json.dumps(value)}"])
     except ConfigError as exc:
-        assert str(exc).strip()
+        # an error a user can act on: it names the scenario, then the key the override
+        # set (its whole path, or its last key: 'workload: unknown kind ...')
+        message = str(exc)
+        assert message.startswith(f"{QUICKSTART}: "), message
+        assert path in message or path.rsplit(".", 1)[-1] in message, (path, message)
 
 
 def test_validate_writes_the_report_only_where_asked(tmp_path, monkeypatch, capsys):

@@ -17,12 +17,22 @@ def scenario(tasks, **run):
 
 
 def test_quickstart_runs_in_both_modes_and_reports_every_level():
+    # quickstart.yaml: a 256 x 2560 -> 9728 GEMM (2-byte values) split by output columns
+    # over 4 cores, an elementwise activation on its output, then a ring all-gather.
+    m, k, n, cores, b = 256, 2560, 9728, 4, 2
+    flops = 2 * m * k * n + m * n          # MACs, plus one op per output element
+    hbm = k * n * b                         # every weight read from HBM once
+    # ring all-gather of the m x n output (docs/partition.md): each of the 4 members
+    # sends (G - 1)/G of it
+    noc = cores * (cores - 1) * (m * n * b // cores)
     for mode in ("tlm", "analytic"):
         result = simulate(QUICKSTART, mode=mode)
         metrics = result.metrics
-        assert metrics["latency_ps"] > 0 and metrics["flops"] > 0
-        assert metrics["bytes_by_level"]["hbm"] > 0 and metrics["bytes_by_level"]["sram"] > 0
-        assert metrics["bytes_by_level"]["noc"] > 0
+        assert metrics["latency_ps"] > 0 and metrics["flops"] == flops, mode
+        assert metrics["bytes_by_level"]["hbm"] == hbm, mode
+        assert metrics["bytes_by_level"]["noc"] == noc, mode
+        # SRAM sees at least the weights coming in and the output slices going out
+        assert metrics["bytes_by_level"]["sram"] >= hbm + m * n * b, mode
         assert set(result.ops["type"]) == {"compute", "transfer"}
         assert (result.ops["end_ps"] >= result.ops["start_ps"]).all()
         assert result.ops["end_ps"].max() == metrics["latency_ps"]
@@ -55,14 +65,45 @@ def test_same_config_gives_byte_identical_metrics(tmp_path):
     second = simulate(QUICKSTART).write(tmp_path / "b")
     for name in ("metrics.json", "ops.csv", "trace.json", "config.resolved.yaml"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    # Runs in one process share its string-hash seed, so anything ordered by a set of
+    # unit or task names would repeat in both: a process with another PYTHONHASHSEED must
+    # write the same bytes too (only host.json, the wall time, may differ).
+    import os
+    import subprocess
+    import sys
+
+    seed = str(int(os.environ.get("PYTHONHASHSEED") or 0) + 7919)
+    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", str(QUICKSTART), "-q",
+                           "--out", str(tmp_path / "c")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONHASHSEED": seed})
+    assert proc.returncode == 0, proc.stderr
+    for name in ("metrics.json", "ops.csv", "units.csv", "segments.csv", "trace.json",
+                 "config.resolved.yaml"):
+        assert (first / name).read_bytes() == (tmp_path / "c" / name).read_bytes(), name
 
 
 def test_trace_is_valid_chrome_trace_json(tmp_path):
-    out = simulate(QUICKSTART, mode="analytic").write(tmp_path)
+    result = simulate(QUICKSTART, mode="analytic")
+    out = result.write(tmp_path)
     trace = json.loads((out / "trace.json").read_text())
     complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert complete and all({"name", "ts", "dur", "pid", "tid"} <= set(e) for e in complete)
     assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in trace["traceEvents"])
+    # One complete event per task of ops.csv, at its times, on its unit's track (process
+    # = owner, thread = part: core0 / hbm for core0.hbm; a unit without a part, such as
+    # core0 sending over the NoC, is its own thread).  Chrome's ts and dur are
+    # microseconds, the simulator's picoseconds (1 us = 1e6 ps).
+    meta = [e for e in trace["traceEvents"] if e["ph"] == "M"]
+    process = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    ops = result.ops
+    assert len(complete) == len(ops)
+    def unit(e):
+        owner, track = process[e["pid"]], thread[e["pid"], e["tid"]]
+        return owner if track == owner else f"{owner}.{track}"
+    events = sorted((e["name"], unit(e),
+                     round(e["ts"] * 1e6), round(e["dur"] * 1e6)) for e in complete)
+    assert events == sorted(zip(ops["name"], ops["unit"], ops["start_ps"], ops["duration_ps"]))
 
 
 UNCONTENDED = [

@@ -57,6 +57,12 @@ def test_kv_admission_is_first_come_first_served():
     big, small = state(0, prompt=900, output=100), state(1, prompt=10, output=10)
     batch = sched.schedule(view([big, small], kv_free=500))
     assert batch == []  # the small request does not overtake the head of the queue
+    # ...and not because nothing is admitted with 500 tokens free: first in line, the
+    # small one (10 + 10 tokens) goes; with room for the big one (900 + 100), both go, in
+    # arrival order, and with room for the big one only, it goes alone.
+    assert [e.state.id for e in sched.schedule(view([small, big], kv_free=500))] == ["r1"]
+    assert [e.state.id for e in sched.schedule(view([big, small], kv_free=1020))] == ["r0", "r1"]
+    assert [e.state.id for e in sched.schedule(view([big, small], kv_free=1000))] == ["r0"]
 
 
 def test_prompts_admitted_behind_a_blocked_head_keep_prefilling():

@@ -28,6 +28,23 @@ def test_sweep_command_writes_the_store(swept):
     assert len(frame) == 9 and set(frame["workload.tile_n"]) == {128, 256, 512}
 
 
+def test_a_line_plot_draws_one_line_per_hue_through_each_points_value(swept):
+    # What `plot --kind line -x workload.m -y metrics.latency_ps --hue workload.tile_n`
+    # draws: one line per tile_n, through (m, latency) of the sweep's own rows, in the
+    # unit the values call for (latencies of 0.1-1 ms: microseconds, 1 us = 1e6 ps).
+    frame = analysis.load_sweep(swept)
+    figure = analysis.plot_metric(frame, "workload.m", "metrics.latency_ps", hue="workload.tile_n")
+    (ax,) = figure.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(lines) == [f"workload.tile_n={t}" for t in (128, 256, 512)]
+    assert ax.get_ylabel() == "metrics.latency (us)"
+    for tile_n, rows in frame.groupby("workload.tile_n"):
+        line = lines[f"workload.tile_n={tile_n}"]
+        rows = rows.sort_values("workload.m")
+        assert list(line.get_xdata()) == [64, 128, 256]
+        assert list(line.get_ydata()) == pytest.approx(list(rows["metrics.latency_ps"] / 1e6))
+
+
 @pytest.mark.parametrize("args", [
     ["--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps", "--hue", "workload.tile_n"],
     ["--kind", "heatmap", "-x", "workload.m", "-y", "workload.tile_n", "--value", "metrics.latency_ps"],

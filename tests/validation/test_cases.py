@@ -22,7 +22,7 @@ import shutil
 import pytest
 
 from npusim.config.loader import load_scenario
-from npusim.config.presets import REPO_ROOT
+from npusim.config.presets import REPO_ROOT, read_yaml
 from npusim.validation.bench_registry import bench_names
 from npusim.core.errors import ConfigError
 from npusim.validation.cases import CASES_DIR, load_cases
@@ -42,6 +42,26 @@ def _case_param(case):
 def test_there_are_case_files_and_cases():
     assert CASE_FILES, f"no case files under {CASES_DIR}"
     assert CASES
+    # The cases parametrising test_case_passes are every file's cases, each once, file by
+    # file (a loader that dropped a file, or a case, would let it go untested in silence);
+    # each file's suite is its own, or the file's stem.
+    per_file = []
+    for path in CASE_FILES:
+        suite = (read_yaml(path) or {}).get("suite", path.stem)
+        cases = load_cases_of(path)
+        assert {c.suite for c in cases} == {suite}, path.name
+        per_file += [c.id for c in cases]
+    assert [c.id for c in CASES] == per_file and len(set(per_file)) == len(per_file)
+
+
+def load_cases_of(path):
+    """The cases of one file, loaded on their own (a copy in a directory of its own)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(path, Path(tmp) / path.name)
+        return load_cases(Path(tmp))
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=[p.name for p in CASE_FILES])

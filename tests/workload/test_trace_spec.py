@@ -150,9 +150,17 @@ def test_priorities_belong_to_a_generator_not_a_file():
 
 
 def test_huge_weights_are_normalised_not_overflowed():
-    trace = TraceSpec.model_validate({**GENERATOR, "num_requests": 200,
-                                      "priorities": {0: 1e308, 1: 1e308}}).build()
+    def build(priorities):
+        return TraceSpec.model_validate({**GENERATOR, "num_requests": 200,
+                                         "priorities": priorities}).build()
+    trace = build({0: 1e308, 1: 1e308})
     assert {r.priority for r in trace} == {0, 1}
+    # Weights are relative: 1e308 each (whose sum overflows) draws exactly the classes
+    # that 1 each does, and 1.5e308 : 0.5e308 those of 3 : 1 (about 3/4 urgent).
+    assert trace == build({0: 1, 1: 1})
+    skewed = build({0: 1.5e308, 1: 0.5e308})
+    assert skewed == build({0: 3, 1: 1})
+    assert math.isclose(sum(r.priority == 0 for r in skewed) / len(skewed), 0.75, abs_tol=0.1)
 
 
 @pytest.mark.parametrize("priorities, fragment", [
