@@ -18,7 +18,8 @@ from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, not_
 
-from npusim.executor.base import SegmentRun, host_resource
+from npusim.executor.base import (SRAM_OPERAND_READ, SRAM_OPERAND_WRITTEN, SegmentRun,
+                                  host_resource, operand_sram_bytes)
 from npusim.hw.devices.base import Device
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 
@@ -149,10 +150,14 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
     on the parts (busy parts only, in the device's part order), without resetting and
     reading every part of a large chip for each segment.  A routed network also gets
     ``hop_bytes`` (bytes x router-to-router hops, from each transfer shape's route), so
-    that energy charges every hop crossed, as the tlm level's per-link bytes do."""
+    that energy charges every hop crossed, as the tlm level's per-link bytes do.  A compute
+    unit gets its operands' scratchpad traffic (``sram_operand_bytes_read``/``_written``),
+    once per distinct op times its occurrences, when nonzero (as tlm counts them)."""
     names = {id(part): name for name, part in device.parts.items()}
     counts: dict[str, list[int]] = {}
     hop_bytes: dict[str, int] = {}  # only parts whose stages have a known hop count
+    operands: dict[str, list[int]] = {}  # unit -> [bytes read, bytes written]
+    parts = device.parts
     for duration, occurrences, unit, op in computes.values():
         row = counts.get(unit)
         if row is None:
@@ -160,6 +165,13 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
         row[0] += duration * occurrences
         row[1] += occurrences
         row[2] += op.flops * occurrences
+        read, written = operand_sram_bytes(parts[unit], op)
+        if read or written:
+            moved = operands.get(unit)
+            if moved is None:
+                moved = operands[unit] = [0, 0]
+            moved[0] += read * occurrences
+            moved[1] += written * occurrences
     for accounting, occurrences in transfers.values():
         for part, action, busy, size, chunks, hops_x_bytes in accounting:
             name = names[id(part)]
@@ -178,4 +190,10 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
     for name, value in hop_bytes.items():
         if name in out:
             out[name]["hop_bytes"] = value
+    for name, (read, written) in operands.items():
+        if name in out:  # tlm's ``extra`` keys come sorted: read before written
+            if read:
+                out[name][SRAM_OPERAND_READ] = read
+            if written:
+                out[name][SRAM_OPERAND_WRITTEN] = written
     return out

@@ -56,12 +56,35 @@ def prepare(graph: TaskGraph, device: Device) -> TaskGraph:
     return expanded
 
 
+#: Counters of a compute unit's operand traffic with its core's scratchpad (bytes): the
+#: systolic array's fold model, the vector unit's streamed elements.  Kept apart from
+#: ``bytes_read``/``bytes_written``, which are transfers (DMA) on the memory parts.
+SRAM_OPERAND_READ = "sram_operand_bytes_read"
+SRAM_OPERAND_WRITTEN = "sram_operand_bytes_written"
+
+
+def operand_sram_bytes(unit, op) -> tuple[int, int]:
+    """``(bytes read, bytes written)`` of ``op``'s operands between ``unit`` and its
+    scratchpad: the unit's ``operand_bytes(op)`` if it models them, else ``(0, 0)``
+    (a roofline unit has no dataflow to derive them from)."""
+    counts = getattr(unit, "operand_bytes", None)
+    return counts(op) if counts is not None else (0, 0)
+
+
 def account_compute(device: Device, task: ComputeTask, duration_ps: int) -> None:
-    """Executors, not units, count compute work: units only give times (pure formulas)."""
-    stats = device.parts[task.unit].stats
+    """Executors, not units, count compute work: units only give times (pure formulas).
+    Operand traffic goes into the unit's ``extra`` counters only when nonzero, as the
+    analytic level's :func:`~npusim.executor.analytic._unit_stats` adds them."""
+    part = device.parts[task.unit]
+    stats = part.stats
     stats.busy_ps += duration_ps
     stats.ops += 1
     stats.flops += task.op.flops
+    read, written = operand_sram_bytes(part, task.op)
+    if read:
+        stats.add(SRAM_OPERAND_READ, read)
+    if written:
+        stats.add(SRAM_OPERAND_WRITTEN, written)
 
 
 def host_resource(task: HostTask) -> str | None:

@@ -2,7 +2,8 @@
 
 :func:`energy_metrics` turns ``Result.unit_stats`` (what the parts counted: flops, bytes
 read and written, DRAM row activations, bytes per NoC link or, at the analytic level,
-NoC bytes x route hops) into joules with the
+NoC bytes x route hops, and the compute units' operand traffic with their scratchpad)
+into joules with the
 parameters of :class:`npusim.hw.energy.EnergyConfig`, and adds the static power of every
 part over the run.  The model, its sources and its gaps are in ``docs/energy.md``.
 
@@ -25,6 +26,22 @@ PS_PER_S = 10 ** 12
 #: ``sram``, ``hbm``, ``noc``): point-to-point links and all static energy.
 LINK_LEVEL = "link"
 STATIC_LEVEL = "static"
+#: Level and unit-name suffix of a compute unit's operand traffic with its scratchpad
+#: (``core0.sa.sram_operands`` in ``energy_by_unit_j``, charged to ``sram``).
+SRAM_LEVEL = "sram"
+OPERANDS_SUFFIX = ".sram_operands"
+#: How operand traffic is counted, stated in ``basis.sram_operands`` (docs/energy.md).
+OPERAND_COUNTING = {
+    "systolic": "fold model of the array's timing (SCALE-Sim v2 per-operand SRAM counts): "
+                "ws reads each input row once per column fold and each weight once, "
+                "writes outputs once per row (K) fold and reads partial sums back for "
+                "every row fold after the first; is swaps inputs and weights; os reads "
+                "inputs once per column fold, weights once per row fold, writes outputs "
+                "once; padding moves nothing; partial sums at operand width",
+    "vector": "each element read once, one result per element written (reduce: reads "
+              "only); second operands of binary ops and intermediate passes not counted",
+    "other_compute": "not counted (no dataflow to derive operand traffic from)",
+}
 
 
 def generated_tokens(metrics: Mapping[str, Any], tables: Mapping[str, list] | None = None
@@ -71,6 +88,22 @@ def sram_pj_per_bit(config: EnergyConfig, capacity_bytes: int) -> tuple[float, f
     if write is None:
         write = SRAM_WRITE_TO_READ * read
     return read, write
+
+
+def scratchpad_of(device: Any, unit: str) -> str | None:
+    """Name of the SRAM scratchpad ``unit`` (a compute part) reads its operands from: the
+    :class:`~npusim.hw.memory.sram.Sram` beside it (``core3.sram`` for ``core3.sa``), or
+    ``None`` if its group has none."""
+    from npusim.hw.memory.sram import Sram
+
+    prefix = unit.rsplit(".", 1)[0] + "." if "." in unit else ""
+    if not prefix:
+        return None
+    same = prefix + "sram"
+    if isinstance(device.parts.get(same), Sram):
+        return same
+    return next((name for name, part in device.parts.items()
+                 if name.startswith(prefix) and isinstance(part, Sram)), None)
 
 
 def static_power_w(part: Any, config: EnergyConfig) -> float | None:
@@ -138,7 +171,13 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
     ``static_power_w``, ``average_power_w``,
     ``peak_power_w``, ``energy_per_token_j`` (``None`` without tokens),
     ``energy_per_flop_pj`` (``None`` without flops), ``tokens``, ``basis`` (how the
-    NoC hops and DRAM activations were obtained, the per-hop and per-bit energies used).
+    NoC hops, DRAM activations and operand traffic were obtained, the per-hop and
+    per-bit energies used).
+
+    A compute unit's ``sram_operand_bytes_read``/``_written`` (its operands' traffic with
+    its core's scratchpad) is charged at that scratchpad's read/write pJ per bit, as the
+    unit ``<unit>.sram_operands`` at level ``sram``, active while the unit is busy (at
+    least bytes / the scratchpad's peak bandwidth, for the peak-power estimate).
     """
     from npusim.hw.compute.systolic import SystolicArray
     from npusim.hw.compute.vector import VectorUnit
@@ -157,6 +196,8 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
     basis: dict[str, Any] = {}
     approximated: list[str] = []
     hop_pj, link_mm = noc_hop_pj_per_bit(cfg, device)
+    operand_users = _operand_users(unit_stats, device)
+    operand_srams = {sram for sram in operand_users.values() if sram is not None}
 
     for name in sorted(device.parts):
         part = device.parts[name]
@@ -230,7 +271,11 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
         dynamic_pj[name] = energy
         level_of[name] = level
         busy_of[name] = stats.get("busy_ps", 0)
-        active = bool(stats) or bool(links)
+        if name in operand_users:
+            _charge_operands(name, stats, operand_users[name], device, cfg, dynamic_pj,
+                             level_of, busy_of, basis)
+        # A scratchpad its core's units read operands from is in use even without DMA.
+        active = bool(stats) or bool(links) or name in operand_srams
         power = static_power_w(part, cfg) or 0.0
         if cfg.static_scope == "device" or active:
             static_w[name] = power
@@ -270,6 +315,55 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
         "basis": {**dict(sorted(basis.items())), "static_scope": cfg.static_scope,
                   "process": cfg.process, "approximated_parts": sorted(approximated)},
     }
+
+
+def _operand_users(unit_stats: Mapping[str, Mapping[str, int]], device: Any
+                   ) -> dict[str, str | None]:
+    """``unit -> its scratchpad (or None)`` for every part that counted operand traffic."""
+    from npusim.executor.base import SRAM_OPERAND_READ, SRAM_OPERAND_WRITTEN
+
+    return {name: scratchpad_of(device, name) for name, stats in unit_stats.items()
+            if name in device.parts
+            and (stats.get(SRAM_OPERAND_READ, 0) or stats.get(SRAM_OPERAND_WRITTEN, 0))}
+
+
+def _charge_operands(unit: str, stats: Mapping[str, int], sram: str | None, device: Any,
+                     cfg: EnergyConfig, dynamic_pj: dict, level_of: dict, busy_of: dict,
+                     basis: dict) -> None:
+    """Charge ``unit``'s operand traffic at its scratchpad's pJ per bit (a separate unit
+    ``<unit>.sram_operands`` at level ``sram``, busy while ``unit`` is, or as long as the
+    scratchpad's peak bandwidth needs for the bytes), and say how it was counted in
+    ``basis.sram_operands``."""
+    from npusim.executor.base import SRAM_OPERAND_READ, SRAM_OPERAND_WRITTEN
+    from npusim.hw.compute.systolic import SystolicArray
+
+    read, written = stats.get(SRAM_OPERAND_READ, 0), stats.get(SRAM_OPERAND_WRITTEN, 0)
+    entry = basis.setdefault("sram_operands", {
+        "counted": dict(OPERAND_COUNTING), "bytes_read": 0, "bytes_written": 0,
+        "systolic_dataflows": [], "units_without_scratchpad": []})
+    part = device.parts[unit]
+    if isinstance(part, SystolicArray) and part.config.dataflow not in entry["systolic_dataflows"]:
+        entry["systolic_dataflows"] = sorted(entry["systolic_dataflows"] + [part.config.dataflow])
+    if sram is None:
+        # No scratchpad beside it (not on the NPU): nothing to charge it at; say so.
+        entry["units_without_scratchpad"].append(unit)
+        return
+    capacity = device.parts[sram].config.capacity_bytes
+    read_pj, write_pj = sram_pj_per_bit(cfg, capacity)
+    basis.setdefault("sram", {})[str(capacity)] = {"read_pj_per_bit": read_pj,
+                                                   "write_pj_per_bit": write_pj}
+    entry["bytes_read"] += read
+    entry["bytes_written"] += written
+    name = unit + OPERANDS_SUFFIX
+    dynamic_pj[name] = 8 * (read * read_pj + written * write_pj)
+    level_of[name] = SRAM_LEVEL
+    # Active while the unit is busy, but never shorter than the scratchpad needs to move
+    # the bytes at its peak bandwidth: the vector unit's timing assumes operands at the
+    # ALUs' rate (up to 16 KiB/cycle on large_core_64 against 512 B/cycle of SRAM), which
+    # would put a burst of tens of watts per core into the peak-power estimate.
+    peak_bps = device.parts[sram].peak_bandwidth_bps
+    floor_ps = -(-(read + written) * PS_PER_S // peak_bps) if peak_bps else 0
+    busy_of[name] = max(stats.get("busy_ps", 0), floor_ps)
 
 
 def _peak_power_w(dynamic_j: Mapping[str, float], busy_ps: Mapping[str, int], latency_ps: int,

@@ -46,6 +46,30 @@ whatever part of a later load does not fit under the previous fold's streaming::
 ``dtype_bytes`` take ``ceil(op.dtype_bytes / dtype_bytes)`` passes (assumption:
 multi-pass emulation, as INT8 arrays do for FP16); narrower operands run at the native
 rate (assumption: no sub-word packing).
+
+**Operand traffic** (for energy, never for timing).  The same fold model gives the bytes
+the array reads from and writes to its core's scratchpad, as SCALE-Sim v2 counts its
+SRAM reads and writes per operand (``systolic_compute_{ws,os,is}.py``: ``ifmap_reads``,
+``filter_reads``, ``ofmap_writes``): only real elements, padding never moves.
+
+  ========  ==========================  ==========================  ==================
+  dataflow  inputs ``A[M,K]`` read       weights ``W[K,N]`` read     outputs written
+  ========  ==========================  ==========================  ==================
+  ``ws``    once per column fold        once (the stationary tile)  once per row fold
+  ``is``    once (the stationary tile)  once per column fold        once per row fold
+  ``os``    once per column fold        once per row fold           once
+  ========  ==========================  ==========================  ==================
+
+i.e. for ``ws``/``is`` the stationary operand ``Sr x Sc`` is read once, the streamed one
+``T x Sr`` once per column fold (``ceil(Sc / C)`` times) and the output ``T x Sc`` written
+once per row fold (``ceil(Sr / R)``: a K fold for ``ws``/``is`` produces partial sums);
+``os`` reads ``A`` (``Sr x T``) once per column fold and ``W`` (``T x Sc``) once per row
+fold and writes each output once (it accumulates in place).  Beyond SCALE-Sim, which
+counts writes only, every row fold after the first also *reads back* the partial sums it
+adds to: ``(row_folds - 1) x T x Sc`` reads (``ws``/``is``; none for ``os``).  Bytes are
+elements x the op's ``dtype_bytes`` (assumption: partial sums are kept at operand width;
+FP32 accumulators would double the output terms), times ``batch``; multi-pass emulation
+of wide operands reads a native-width slice per pass, the same bytes in total.
 """
 
 from __future__ import annotations
@@ -63,6 +87,11 @@ from npusim.hw.base import ComputeUnit
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _spatial(dataflow: str, m: int, k: int, n: int) -> tuple[int, int, int]:
+    """``(Sr, Sc, T)`` of a GEMM ``[m,k] @ [k,n]`` under ``dataflow`` (module table)."""
+    return {"ws": (k, n, m), "os": (m, n, k), "is": (k, m, n)}[dataflow]
 
 
 #: Largest array side accepted: 16x TPU v1's 256x256 (Jouppi et al., ISCA 2017), far
@@ -130,6 +159,27 @@ class SystolicBreakdown:
     mapping_efficiency: float  #: Sr * Sc / (folds * R * C): PE fraction holding real data
 
 
+@dataclass(frozen=True, slots=True)
+class SystolicOperandTraffic:
+    """Scratchpad bytes one GEMM op moves for its operands (module docstring, "Operand
+    traffic"): SCALE-Sim's per-operand SRAM counts in bytes, plus partial-sum read-backs."""
+
+    ifmap_read_bytes: int    #: inputs ``A[M,K]`` read into the array
+    filter_read_bytes: int   #: weights ``W[K,N]`` read into the array
+    ofmap_write_bytes: int   #: outputs (partial sums for every row fold) written back
+    psum_read_bytes: int     #: partial sums read back to accumulate the next row fold
+
+    @property
+    def read_bytes(self) -> int:
+        """All bytes read from the scratchpad (inputs, weights, partial sums)."""
+        return self.ifmap_read_bytes + self.filter_read_bytes + self.psum_read_bytes
+
+    @property
+    def written_bytes(self) -> int:
+        """All bytes written to the scratchpad (outputs and partial sums)."""
+        return self.ofmap_write_bytes
+
+
 @register("compute", SystolicConfig)
 class SystolicArray(ComputeUnit):
     """Systolic array: NpuSim T = N_tiles*T_cycles + T_inject with SCALE-Sim v2 folds."""
@@ -140,6 +190,7 @@ class SystolicArray(ComputeUnit):
         self.cols = config.cols
         self.freq_hz = config.freq_hz
         self._times: dict = {}  # op -> ps: pure, and long runs ask for the same shapes often
+        self._operands: dict = {}  # op -> (bytes read, bytes written), likewise
 
     # -- closed form -------------------------------------------------------------
     def breakdown(self, m: int, k: int, n: int, batch: int = 1,
@@ -150,7 +201,7 @@ class SystolicArray(ComputeUnit):
                 raise MappingError(f"{self.name}: GEMM {label}={value} must be >= 0")
         cfg = self.config
         R, C = self.rows, self.cols
-        sr, sc, t = {"ws": (k, n, m), "os": (m, n, k), "is": (k, m, n)}[cfg.dataflow]
+        sr, sc, t = _spatial(cfg.dataflow, m, k, n)
         width = cfg.dtype_bytes if dtype_bytes is None else dtype_bytes
         passes = batch * _ceil_div(max(1, width), cfg.dtype_bytes)
         macs = batch * m * k * n
@@ -185,6 +236,38 @@ class SystolicArray(ComputeUnit):
             inject_cycles=cfg.inject_cycles, total_cycles=total, macs=macs,
             utilisation=macs / (R * C * total),
             mapping_efficiency=(sr * sc) / (folds * R * C))
+
+    def operand_traffic(self, m: int, k: int, n: int, batch: int = 1,
+                        dtype_bytes: int | None = None) -> SystolicOperandTraffic:
+        """Scratchpad bytes of ``batch`` GEMMs ``[m,k] @ [k,n]`` with ``dtype_bytes``-wide
+        operands (default: the native width), from the folds :meth:`breakdown` times."""
+        cfg = self.config
+        if min(m, k, n, batch) <= 0:  # no MACs: the op is not issued (see breakdown)
+            return SystolicOperandTraffic(0, 0, 0, 0)
+        sr, sc, t = _spatial(cfg.dataflow, m, k, n)
+        row_folds, col_folds = _ceil_div(sr, self.rows), _ceil_div(sc, self.cols)
+        if cfg.dataflow == "os":
+            ifmap, weights = col_folds * sr * t, row_folds * t * sc
+            outputs, psums = sr * sc, 0
+        else:
+            # ws: A streams (T x Sr), W is stationary; is: the other way round.
+            stationary, streamed = sr * sc, col_folds * t * sr
+            ifmap, weights = ((streamed, stationary) if cfg.dataflow == "ws"
+                              else (stationary, streamed))
+            outputs, psums = row_folds * t * sc, (row_folds - 1) * t * sc
+        scale = batch * (cfg.dtype_bytes if dtype_bytes is None else dtype_bytes)
+        return SystolicOperandTraffic(ifmap * scale, weights * scale, outputs * scale,
+                                      psums * scale)
+
+    def operand_bytes(self, op) -> tuple[int, int]:
+        """``(bytes read, bytes written)`` between the scratchpad and the array for a
+        ``gemm`` op (cached per op shape; counters for energy, not timing)."""
+        key = op.signature()
+        cached = self._operands.get(key)
+        if cached is None:
+            traffic = self.operand_traffic(op.m, op.k, op.n, op.batch, op.dtype_bytes)
+            cached = self._operands[key] = (traffic.read_bytes, traffic.written_bytes)
+        return cached
 
     def gemm_cycles(self, m: int, k: int, n: int, batch: int = 1) -> int:
         """Array cycles for ``batch`` GEMMs ``[m,k] @ [k,n]`` at the native width."""

@@ -18,8 +18,16 @@ ALU operations per element by op kind:
   or max per element; the log-depth tree across lanes is part of the pipeline latency).
 
 An op may therefore declare a higher cost than the intrinsic one (a masked, scaled
-softmax) but never a lower one.  Data movement is not modelled here: operands are
+softmax) but never a lower one.  Data movement is not timed here: operands are
 assumed resident in the register file / SRAM (DMA tasks move them).
+
+**Operand traffic** (for energy, never for timing, :meth:`VectorUnit.operand_bytes`):
+an op streams its ``elements`` once through the lanes, reading each element from the
+scratchpad and writing one result per element back (``elements x dtype_bytes`` each
+way); a ``reduce`` writes no per-element result (its few outputs are not counted).
+Assumptions, a lower bound: the intermediate passes of a softmax or a norm (max, sum,
+mean) stay in the vector register file, and the second operand of a binary op (a
+residual add, a collective's reduction) is not counted, since an ``Op`` carries no arity.
 """
 
 from __future__ import annotations
@@ -89,6 +97,14 @@ class VectorUnit(ComputeUnit):
         if work == 0:  # nothing to compute: the op is not issued at all
             return 0
         return -(-work // self.alus) + self.config.pipeline_latency_cycles
+
+    def operand_bytes(self, op) -> tuple[int, int]:
+        """``(bytes read, bytes written)`` between the scratchpad and the lanes for ``op``
+        (module docstring; counters for energy, not timing)."""
+        if op.elements <= 0 or self.ops_per_element(op) <= 0:
+            return 0, 0  # not issued (see cycles)
+        moved = op.elements * op.dtype_bytes
+        return moved, (0 if op.kind == "reduce" else moved)
 
     def op_time_ps(self, op) -> int:
         """Picoseconds for ``op`` on an idle unit (pure: no statistics touched)."""
