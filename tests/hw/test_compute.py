@@ -158,6 +158,36 @@ def test_vector_per_kind_costs():
     assert cheap.cycles(Op("softmax", elements=n)) == 1200
 
 
+def test_vector_ops_are_fed_at_the_operand_bandwidth():
+    # 4096 ALUs at 500 MHz; a 256 GB/s port moves 512 B a cycle (reads + writes).
+    vec = VectorUnit("vec", VectorConfig(lanes=64, pipeline_latency_cycles=8,
+                                         operand_bandwidth_bps="256GB/s"))
+    n = 4096 * 100
+    # element-wise FP16, 1 op/element: ALUs 100 cycles; 2 x 819,200 B / 512 B = 3,200
+    assert vec.cycles(Op("elementwise", elements=n, dtype_bytes=2)) == 3200 + 8
+    # a reduce writes nothing per element: 819,200 B / 512 = 1,600
+    assert vec.cycles(Op("reduce", elements=n, dtype_bytes=2)) == 1600 + 8
+    # ALU-bound when each element takes enough operations: 40 ops x 100 = 4,000 > 3,200
+    assert vec.cycles(Op("elementwise", elements=n, flops_per_element=40,
+                         dtype_bytes=2)) == 4000 + 8
+    unbounded = VectorUnit("vec", VectorConfig(lanes=64, pipeline_latency_cycles=8))
+    assert unbounded.cycles(Op("elementwise", elements=n, dtype_bytes=2)) == 100 + 8
+
+
+def test_an_npu_core_feeds_its_vector_unit_from_its_sram():
+    from npusim.api import build_device
+    from npusim.config.loader import resolve_presets, validate
+    from npusim.hw.devices.npu import NpuConfig
+
+    device = build_device(validate(NpuConfig, resolve_presets(
+        {"preset": "npu/large_core_64"}, "test"), "test"))
+    vec, sram = device.parts["core0.vec"], device.parts["core0.sram"]
+    assert vec.config.operand_bandwidth_bps == (sram.config.bytes_per_cycle
+                                                * sram.config.freq_hz)  # 512 B x 500 MHz
+    op = Op("elementwise", elements=1 << 20, dtype_bytes=2)
+    assert vec.cycles(op) == 2 * (1 << 21) // 512 + vec.config.pipeline_latency_cycles
+
+
 def test_vector_rejects_gemm_and_bad_config():
     vec = VectorUnit("vec", VectorConfig())
     assert not vec.supports(Op("gemm"))

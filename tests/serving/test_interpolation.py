@@ -191,7 +191,10 @@ def test_a_chain_of_parts_is_within_two_percent_of_its_stage(chunks):
         # Without the loads' head start the parts would take their sum (4-25% more).
         assert chain_ps < sum(run.makespan_ps for run in parts)
         assert any(run.extra["prefetched_ps"] < run.makespan_ps for run in parts)
-    assert max(map(abs, errors)) < 0.02 and abs(sum(errors) / len(errors)) < 0.01
+    # A chain loses what its parts would overlap across a cut (attention's softmax under
+    # the neighbouring GEMMs), so it is never much faster than the stage; on the mixed
+    # batch, whose softmax is fed at the SRAM's bandwidth, it is 1.6-1.8% slower.
+    assert max(map(abs, errors)) < 0.02 and min(errors) > -0.005
 
 
 @pytest.mark.component

@@ -3,8 +3,17 @@
 NpuSim Table 3 sizes the vector unit as "64 ALUs/lane, 32-128 lanes" (large cores) at the
 500 MHz core clock.  An op is a number of ALU operations spread evenly over every ALU:
 
-    cycles = ceil(elements * ops_per_element / (lanes * alus_per_lane))
+    cycles = max(ceil(elements * ops_per_element / (lanes * alus_per_lane)),
+                 ceil(operand bytes / operand bytes per cycle))
              + pipeline_latency_cycles            (0 if there is no work)
+
+The second term is the scratchpad feeding the lanes: an op's operands stream from the
+core's SRAM and its results stream back (:meth:`VectorUnit.operand_bytes`), through a
+port of ``operand_bandwidth_bps`` (reads and writes together, as the SRAM part counts
+them).  On ``large_core_64`` the 8,192 ALUs could take 16 KiB of FP16 operands a cycle
+against the scratchpad's 512 B, so element-wise ops are feed-bound; NpuSim times every
+primitive's SRAM reads of its inputs and writes of its output the same way and takes the
+larger of that and the ALU time (``NpuBase::writeOutputData`` in the authors' code).
 
 ALU operations per element by op kind:
 
@@ -19,9 +28,11 @@ ALU operations per element by op kind:
 
 An op may therefore declare a higher cost than the intrinsic one (a masked, scaled
 softmax) but never a lower one.  Data movement is not timed here: operands are
-assumed resident in the register file / SRAM (DMA tasks move them).
+assumed resident in the core's SRAM (DMA tasks move them there), and read from it at
+the operand bandwidth above.
 
-**Operand traffic** (for energy, never for timing, :meth:`VectorUnit.operand_bytes`):
+**Operand traffic** (:meth:`VectorUnit.operand_bytes`, the energy counters and the feed
+bound above):
 an op streams its ``elements`` once through the lanes, reading each element from the
 scratchpad and writing one result per element back (``elements x dtype_bytes`` each
 way); a ``reduce`` writes no per-element result (its few outputs are not counted).
@@ -38,7 +49,7 @@ from pydantic import Field
 
 from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
-from npusim.core.units import FreqHz, cycles_to_ps
+from npusim.core.units import BandwidthBps, FreqHz, cycles_to_ps
 from npusim.hw.base import ComputeUnit
 
 _KINDS = ("elementwise", "softmax", "reduce")
@@ -64,6 +75,13 @@ class VectorConfig(PartConfig):
                              "divide (assumption: exp on a one-slot special-function unit).")
     reduce_ops_per_element: int = Field(
         1, ge=1, description="ALU operations per reduced element (one add or max).")
+    operand_bandwidth_bps: BandwidthBps | None = Field(
+        None, gt=0, description="Bytes per second the scratchpad feeds the lanes, reads "
+                                "and writes together (an op takes at least its operand "
+                                "bytes over this). Default (None): unbounded on a "
+                                "stand-alone unit; an NPU core sets its SRAM's bandwidth "
+                                "(sram.bytes_per_cycle x sram.freq_hz), as NpuSim times "
+                                "each primitive's SRAM reads and writes.")
 
 
 @register("compute", VectorConfig)
@@ -96,7 +114,14 @@ class VectorUnit(ComputeUnit):
         work = op.elements * self.ops_per_element(op)
         if work == 0:  # nothing to compute: the op is not issued at all
             return 0
-        return -(-work // self.alus) + self.config.pipeline_latency_cycles
+        cycles = -(-work // self.alus)
+        bandwidth = self.config.operand_bandwidth_bps
+        if bandwidth is not None:
+            read, written = self.operand_bytes(op)
+            feed = -(-(read + written) * self.config.freq_hz // bandwidth)
+            if feed > cycles:
+                cycles = feed
+        return cycles + self.config.pipeline_latency_cycles
 
     def operand_bytes(self, op) -> tuple[int, int]:
         """``(bytes read, bytes written)`` between the scratchpad and the lanes for ``op``

@@ -114,9 +114,14 @@ class NpuDevice(Device):
         super().__init__(name, config)
         self.num_cores = config.num_cores
         self.noc = self.add_part("noc", MeshNoc("noc", config.noc))
+        vector = config.core.vector
+        if vector.operand_bandwidth_bps is None:  # the lanes read and write the core's SRAM
+            sram = config.core.sram
+            vector = vector.model_copy(update={
+                "operand_bandwidth_bps": sram.bytes_per_cycle * sram.freq_hz})
         for core in range(self.num_cores):
             self.add_part(f"core{core}.sa", SystolicArray(f"core{core}.sa", config.core.systolic))
-            self.add_part(f"core{core}.vec", VectorUnit(f"core{core}.vec", config.core.vector))
+            self.add_part(f"core{core}.vec", VectorUnit(f"core{core}.vec", vector))
             self.add_part(f"core{core}.sram", Sram(f"core{core}.sram", config.core.sram))
             if config.hbm is not None:
                 self.add_part(f"core{core}.hbm", DramChannel(f"core{core}.hbm", config.hbm))
