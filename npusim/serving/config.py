@@ -38,6 +38,12 @@ class CoreVariant(NumbersNotBooleans):
                                      description="HBM channels per core (each the preset's "
                                                  "channel bandwidth; power of two, at most "
                                                  "1024).")
+    sram_bytes_per_cycle: int | None = Field(
+        None, ge=1, description="SRAM port bytes per cycle of these cores. Default (None): "
+                                "the preset's, scaled with the array's side when "
+                                "systolic_size is given (NpuSim §5.5: SRAM bandwidth is "
+                                "adjusted to match the array; large_core_64's 512 B for "
+                                "128 columns becomes 128 B for 32).")
 
 
 class PdConfig(NumbersNotBooleans):

@@ -251,6 +251,35 @@ def test_heterogeneous_decode_cores_change_decode_speed_and_chip_area():
     assert small["area_mm2"]["systolic"] < plain["area_mm2"]["systolic"]
 
 
+def _decode_core_parts(*overrides):
+    from npusim.api import _as_scenario, build_device
+    from npusim.core import registry
+
+    scenario = _as_scenario(DISAGG, [*SMALL, *overrides])
+    device = build_device(scenario.hw)
+    driver = registry.lookup("workload", "serving").impl(device, config=scenario.workload)
+    decode = next(r for r in driver.replicas if r.role == "decode")
+    prefill = next(r for r in driver.replicas if r.role == "prefill")
+    part = lambda core, unit: device.parts[f"core{core}.{unit}"].config  # noqa: E731
+    return ([(part(c, "sram").bytes_per_cycle, part(c, "vec").operand_bandwidth_bps)
+             for c in decode.cores],
+            [(part(c, "sram").bytes_per_cycle, part(c, "vec").operand_bandwidth_bps)
+             for c in prefill.cores])
+
+
+def test_smaller_decode_arrays_get_an_sram_port_scaled_with_them():
+    # NpuSim §5.5 adjusts SRAM bandwidth to the array: 512 B/cycle for 128 columns is
+    # 4 B per column, so 128 B at 32; the vector unit reads through that port (500 MHz).
+    decode, prefill = _decode_core_parts("workload.pd.decode_core={systolic_size: 32}")
+    assert set(decode) == {(128, 128 * 500_000_000)}
+    assert set(prefill) == {(512, 512 * 500_000_000)}
+    decode, _ = _decode_core_parts(
+        "workload.pd.decode_core={systolic_size: 32, sram_bytes_per_cycle: 256}")
+    assert set(decode) == {(256, 256 * 500_000_000)}
+    decode, _ = _decode_core_parts("workload.pd.decode_core={hbm_channels: 8}")
+    assert set(decode) == {(512, 512 * 500_000_000)}  # the array is unchanged
+
+
 def test_decode_core_variant_needs_disaggregation():
     from npusim.core.errors import ConfigError
 
