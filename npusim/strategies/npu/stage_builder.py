@@ -120,6 +120,11 @@ class StageBuilder:
         if cached is not None:
             return cached
         parts: list[list] = [[("entry", "embed" if first else "act")]]
+        # Per part, the (layer, op name) pairs emitted by the parts before it: an op
+        # whose inputs all come from there starts with its part (in the stage graph it
+        # waits only for them), not after the op before it in the part.
+        earlier: list[set] = [set()]
+        emitted: set[tuple[int, str]] = set()
         attention = False
         for layer in plan.layers:
             ops = layer_ops(self.model, chunks, self.config.dtype_bytes, layer=layer,
@@ -132,11 +137,15 @@ class StageBuilder:
                 is_attention = op.seq is not None
                 if is_attention != attention:
                     parts.append([])
+                    earlier.append(set(emitted))
                     attention = is_attention
                 parts[-1].append((layer, op, spill))
+                emitted.add((layer, op.name))
         out = []
-        for part in parts:
-            signature = []
+        for part, before in zip(parts, earlier):
+            layers = {item[0] for item in part if item[0] != "entry"}
+            outside = frozenset((layer, name) for layer, name in before if layer in layers)
+            signature = [("outside", tuple(sorted(name for _, name in outside)))]
             for item in part:
                 if item[0] == "entry":
                     signature.append(item)
@@ -159,14 +168,14 @@ class StageBuilder:
             attention = any(item[0] != "entry" and item[1].seq is not None for item in part)
             signature_id = self.key_ids.setdefault(tuple(signature), len(self.key_ids))
             out.append((("part", attention, signature_id),
-                        (tuple(part), chunks, plan.layers.start)))
+                        (tuple(part), chunks, plan.layers.start, outside)))
         self._parts_cache[cache_key] = out
         return out
 
     def build_part(self, group: Group, previous: Group | None, plan: StagePlan, part: tuple,
                    name: str) -> TaskGraph:
         """The task graph of one part from :meth:`stage_parts` on ``group``."""
-        items, chunks, first_layer = part
+        items, chunks, first_layer, outside = part
         # The cut is cached per plan key, which is relative to the stage's first layer:
         # it may come from another stage with the same key.  Its layers are this plan's.
         shift = plan.layers.start - first_layer
@@ -180,14 +189,17 @@ class StageBuilder:
                 continue
             layer, op, spill = item
             self._spill = spill
-            ready = self._emit(graph, group, plan, layer + shift, op, produced, ready)
+            before = {name for at, name in outside if at == layer}
+            ready = self._emit(graph, group, plan, layer + shift, op, produced, ready, before)
         return graph
 
     def _emit(self, graph: TaskGraph, group: Group, plan: StagePlan, layer: int, op: LayerOp,
-              produced: dict[str, Ready], ready: Ready) -> Ready:
+              produced: dict[str, Ready], ready: Ready,
+              before: set[str] | frozenset[str] = frozenset()) -> Ready:
         """Add ``op`` after its inputs (``produced`` so far, else ``ready``) and record
-        its outputs; returns what the next operator waits for."""
-        deps = self._deps(op, produced, ready) if produced else ready
+        its outputs; returns what the next operator waits for.  ``before``: ops of this
+        layer done before this graph starts (a part's inputs from the parts before it)."""
+        deps = self._deps(op, produced, ready, before) if produced else ready
         out = self._op(graph, group, plan, op, layer, deps)
         produced.setdefault(op.name, {core: [] for core in group.cores})
         for core, ids in out.items():
@@ -272,18 +284,20 @@ class StageBuilder:
         return [merged[op.name] if op.seq == first and op.name in merged else op
                 for op in out]
 
-    def _deps(self, op: LayerOp, produced: dict[str, Ready], previous: Ready) -> Ready:
+    def _deps(self, op: LayerOp, produced: dict[str, Ready], previous: Ready,
+              before: set[str] | frozenset[str] = frozenset()) -> Ready:
         names = INPUTS.get(op.name)
         if names is None:
             return previous
         deps: Ready = {core: [] for core in previous}
         found = False
         for name in names:
-            if name not in produced and name in FALLBACK:
+            if name not in produced and name not in before and name in FALLBACK:
                 name = FALLBACK[name]
             source = produced.get(f"{name}[s{op.seq}]") if op.seq is not None else None
             source = source or produced.get(name)
             if source is None:
+                found = found or name in before  # ready when the graph starts
                 continue
             found = True
             for core, ids in source.items():
