@@ -25,8 +25,9 @@ def _run(preset: str, memo: bool, log: bool) -> tuple:
     env = simpy.Environment()
     dram.bind(env)
     if not memo:
-        for controller in dram._controllers:
-            controller.decisions = None
+        # The controllers are built at the first submission (not at bind) and take the
+        # channel's memo then: switch it off on the channel.
+        dram._decisions = None
     if log:
         dram.enable_command_log()
     txns: list[MemoryTransaction] = []
@@ -63,6 +64,10 @@ def _run(preset: str, memo: bool, log: bool) -> tuple:
 
     env.process(late())
     env.run()
+    # The run really had the memo off (or on): a reference run with the memo on would
+    # make every comparison below vacuous.
+    assert dram._controllers
+    assert all((c.decisions is None) == (not memo) for c in dram._controllers)
     banks = [(b.open_row, b.act_ok, b.pre_ok, b.col_ok)
              for c in dram._controllers for b in c.banks]
     return ([(t.begin_req_ps, t.end_req_ps, t.begin_resp_ps, t.end_resp_ps) for t in txns],
@@ -169,3 +174,36 @@ def test_transitions_are_used_and_change_nothing(monkeypatch) -> None:
     again = _run("hbm2e", memo=True, log=False)  # the same traffic: transitions known
     assert first == reference and again == reference
     assert builds["count"] - built_first < built_first / 4
+
+
+@pytest.mark.parametrize("preset", ["hbm2e", "ddr4_3200"])
+def test_controllers_built_at_the_first_submission_time_as_built_at_bind(preset: str) -> None:
+    """The channel controllers are built lazily, at the first submission: a first request
+    long after bind (refreshes due meanwhile) times exactly as with controllers built at
+    bind, and counts into the stats of a reset made before it."""
+
+    def run(eager: bool) -> tuple:
+        dram = DramChannel("dram", DramConfig.model_validate(load_preset(f"memory/{preset}")))
+        env = simpy.Environment()
+        dram.bind(env)
+        if eager:
+            dram._build_controllers()
+        else:
+            assert not dram._controllers  # nothing built before a request
+        log = dram.enable_command_log()  # after bind, before the first submission
+        dram.reset_stats()
+        txns = [MemoryTransaction(i * 5000, 5000, i % 2 == 1) for i in range(8)]
+
+        def late():
+            yield env.timeout(50_000_000)  # 50 us: several tREFI
+            for txn in txns:
+                yield env.process(dram.transact(txn))
+
+        env.process(late())
+        env.run()
+        return ([(t.begin_req_ps, t.end_req_ps, t.begin_resp_ps, t.end_resp_ps) for t in txns],
+                dram.stats.as_dict(), list(log))
+
+    lazy = run(False)
+    assert lazy[2] and lazy[1]["bytes_read"] + lazy[1]["bytes_written"] == 40_000
+    assert lazy == run(True)
