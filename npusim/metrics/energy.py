@@ -358,9 +358,10 @@ def _charge_operands(unit: str, stats: Mapping[str, int], sram: str | None, devi
     dynamic_pj[name] = 8 * (read * read_pj + written * write_pj)
     level_of[name] = SRAM_LEVEL
     # Active while the unit is busy, but never shorter than the scratchpad needs to move
-    # the bytes at its peak bandwidth: the vector unit's timing assumes operands at the
-    # ALUs' rate (up to 16 KiB/cycle on large_core_64 against 512 B/cycle of SRAM), which
-    # would put a burst of tens of watts per core into the peak-power estimate.
+    # the bytes at its peak bandwidth: a unit timed without that bound (a vector unit
+    # without operand_bandwidth_bps takes operands at the ALUs' rate, up to 16 KiB/cycle
+    # on large_core_64 against 512 B/cycle of SRAM) would put a burst of tens of watts
+    # per core into the peak-power estimate.  An NPU core's vector unit has the bound.
     peak_bps = device.parts[sram].peak_bandwidth_bps
     floor_ps = -(-(read + written) * PS_PER_S // peak_bps) if peak_bps else 0
     busy_of[name] = max(stats.get("busy_ps", 0), floor_ps)

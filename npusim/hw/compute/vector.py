@@ -86,7 +86,8 @@ class VectorConfig(PartConfig):
 
 @register("compute", VectorConfig)
 class VectorUnit(ComputeUnit):
-    """Vector unit: ceil(ALU ops / (lanes * ALUs per lane)) cycles + pipeline latency."""
+    """Vector unit: max(ceil(ALU ops / (lanes * ALUs per lane)), operand-feed cycles)
+    + pipeline latency (module docstring)."""
 
     def __init__(self, name: str, config: VectorConfig):
         super().__init__(name, config)
@@ -125,7 +126,8 @@ class VectorUnit(ComputeUnit):
 
     def operand_bytes(self, op) -> tuple[int, int]:
         """``(bytes read, bytes written)`` between the scratchpad and the lanes for ``op``
-        (module docstring; counters for energy, not timing)."""
+        (module docstring): the energy counters, and the feed bound of :meth:`cycles`
+        when ``operand_bandwidth_bps`` is set."""
         if op.elements <= 0 or self.ops_per_element(op) <= 0:
             return 0, 0  # not issued (see cycles)
         moved = op.elements * op.dtype_bytes
