@@ -103,6 +103,8 @@ class NpuConfig(PartConfig):
 
 
 _ENDPOINT = re.compile(r"core(\d+)(?:\.(hbm|sram|host))?")
+#: Canonical core numbers of variant cores start here, beyond any chip's core count.
+_VARIANT_OFFSET = 1 << 24
 
 
 @register("device", NpuConfig)
@@ -113,6 +115,8 @@ class NpuDevice(Device):
         assert config is not None
         super().__init__(name, config)
         self.num_cores = config.num_cores
+        #: Cores whose parts were replaced (see :meth:`replace_part`).
+        self._variant_cores: set[int] = set()
         self.noc = self.add_part("noc", MeshNoc("noc", config.noc))
         vector = config.core.vector
         if vector.operand_bandwidth_bps is None:  # the lanes read and write the core's SRAM
@@ -150,12 +154,25 @@ class NpuDevice(Device):
                 else "this device has no host (hw.host)"))
         return core, level
 
+    def replace_part(self, name: str, part):
+        """Swap a core's part (heterogeneous cores); the core becomes a variant core."""
+        replaced = super().replace_part(name, part)
+        match = re.fullmatch(r"core(\d+)\..+", name)
+        if match:
+            self._variant_cores.add(int(match[1]))
+        return replaced
+
     def canonical_cores(self, cores: set[int]) -> dict[int, int] | None:
-        # Every core is identical and routing is translation-invariant (XY routing on a
-        # mesh; index order on a ring or line), and each segment starts on an idle chip,
-        # so shifting a placement leaves its timing unchanged.  Shift to the origin.
+        # Routing is translation-invariant (XY routing on a mesh; index order on a ring
+        # or line), and each segment starts on an idle chip, so shifting a placement of
+        # identical cores leaves its timing unchanged.  Shift to the origin.  Cores with
+        # replaced parts (heterogeneous decode cores, all of one variant) are moved
+        # _VARIANT_OFFSET further, so a placement on them never shares a memo entry with
+        # the same shape on the preset's cores (a swap from a decode core's HBM is not
+        # one from a prefill core's).
         if not cores:
             return None
+        variant = self._variant_cores
         noc = self.config.noc
         if noc.topology == "mesh":
             width = noc.width
@@ -166,6 +183,9 @@ class NpuDevice(Device):
             if noc.topology == "ring" and len(cores) > 1:
                 return None  # wrap-around sets have no unique origin; keep them distinct
             shift = min(cores)
+        if variant:
+            return {core: core - shift + (_VARIANT_OFFSET if core in variant else 0)
+                    for core in cores}
         return {core: core - shift for core in cores}
 
     def _memory(self, core: int, level: str):
