@@ -105,7 +105,7 @@ def _ring(out: TaskGraph, task: CollectiveTask, group: tuple[str, ...], deps: tu
             unit = reduce_unit(dst) if reduce_unit is not None else None
             if unit is not None:
                 op = Op("elementwise", elements=max(1, block // dtype_bytes), dtype_bytes=dtype_bytes,
-                        name="reduce_add")
+                        name="reduce_add", inputs=2)  # the received block + its own
                 done = (out.compute(unit, op, done, f"{task.name}:{phase}{step}:add@{dst}"),)
             arrived[dst_index] = done
         ready = arrived

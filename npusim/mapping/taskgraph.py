@@ -30,7 +30,9 @@ class Op:
 
     ``kind`` is one of ``gemm`` (``m x k`` times ``k x n``, repeated ``batch`` times),
     ``elementwise`` (``elements`` values, ``flops_per_element`` each: norms, activations,
-    RoPE, residual adds), ``softmax`` and ``reduce``.  ``dtype_bytes`` is the operand width.
+    RoPE, residual adds), ``softmax`` and ``reduce``.  ``dtype_bytes`` is the operand width;
+    ``inputs`` how many tensors of ``elements`` values an element-wise op reads (2 for a
+    residual add, SiLU(gate) x up, or a partial sum added to a received one).
     """
 
     kind: str
@@ -42,6 +44,7 @@ class Op:
     flops_per_element: int = 1
     dtype_bytes: int = 2
     name: str = ""
+    inputs: int = 1
 
     @property
     def flops(self) -> int:
@@ -53,7 +56,7 @@ class Op:
     def input_bytes(self) -> int:
         if self.kind == "gemm":
             return self.batch * (self.m * self.k + self.k * self.n) * self.dtype_bytes
-        return self.elements * self.dtype_bytes
+        return self.inputs * self.elements * self.dtype_bytes
 
     @property
     def output_bytes(self) -> int:
@@ -63,7 +66,7 @@ class Op:
 
     def signature(self) -> tuple:
         return (self.kind, self.m, self.k, self.n, self.batch, self.elements,
-                self.flops_per_element, self.dtype_bytes)
+                self.flops_per_element, self.dtype_bytes, self.inputs)
 
 
 @dataclass(slots=True)

@@ -235,7 +235,7 @@ def _vector(name: str, kind: str, elements: int, flops_per_element: int, dtype: 
     """An element-wise / softmax / reduce op over ``elements`` values read from
     ``inputs`` tensors of that size, writing one."""
     return LayerOp(name=name, op=Op(kind, elements=elements, flops_per_element=flops_per_element,
-                                    dtype_bytes=dtype, name=name),
+                                    dtype_bytes=dtype, name=name, inputs=inputs),
                    weight_bytes=weight_elements * dtype,
                    activation_in_bytes=inputs * elements * dtype,
                    activation_out_bytes=elements * dtype, role=role)

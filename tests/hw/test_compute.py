@@ -174,6 +174,16 @@ def test_vector_ops_are_fed_at_the_operand_bandwidth():
     assert unbounded.cycles(Op("elementwise", elements=n, dtype_bytes=2)) == 100 + 8
 
 
+def test_a_binary_op_reads_both_operands():
+    vec = VectorUnit("vec", VectorConfig(lanes=64, pipeline_latency_cycles=0,
+                                         operand_bandwidth_bps="256GB/s"))  # 512 B/cycle
+    n = 4096 * 100
+    add = Op("elementwise", elements=n, dtype_bytes=2, inputs=2)  # a residual add
+    assert vec.operand_bytes(add) == (2 * 2 * n, 2 * n)
+    assert vec.cycles(add) == 3 * 2 * n // 512  # 4,800 cycles, 3,200 with one operand
+    assert add.signature() != Op("elementwise", elements=n, dtype_bytes=2).signature()
+
+
 def test_an_npu_core_feeds_its_vector_unit_from_its_sram():
     from npusim.api import build_device
     from npusim.config.loader import resolve_presets, validate

@@ -33,12 +33,12 @@ the operand bandwidth above.
 
 **Operand traffic** (:meth:`VectorUnit.operand_bytes`, the energy counters and the feed
 bound above):
-an op streams its ``elements`` once through the lanes, reading each element from the
-scratchpad and writing one result per element back (``elements x dtype_bytes`` each
-way); a ``reduce`` writes no per-element result (its few outputs are not counted).
-Assumptions, a lower bound: the intermediate passes of a softmax or a norm (max, sum,
-mean) stay in the vector register file, and the second operand of a binary op (a
-residual add, a collective's reduction) is not counted, since an ``Op`` carries no arity.
+an op streams its ``elements`` once through the lanes, reading each element of each of
+its ``op.inputs`` tensors from the scratchpad and writing one result per element back
+(``inputs x elements x dtype_bytes`` read, ``elements x dtype_bytes`` written: a residual
+add reads two); a ``reduce`` writes no per-element result (its few outputs are not
+counted).  Assumption: the intermediate passes of a softmax or a norm (max, sum, mean)
+stay in the vector register file, and a norm's weight vector is not counted.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class VectorUnit(ComputeUnit):
         if op.elements <= 0 or self.ops_per_element(op) <= 0:
             return 0, 0  # not issued (see cycles)
         moved = op.elements * op.dtype_bytes
-        return moved, (0 if op.kind == "reduce" else moved)
+        return op.inputs * moved, (0 if op.kind == "reduce" else moved)
 
     def op_time_ps(self, op) -> int:
         """Picoseconds for ``op`` on an idle unit (pure: no statistics touched)."""

@@ -188,7 +188,7 @@ def _op(kind: str, name: str, dtype_bytes: int, batch: int, m: int, k: int, n: i
     """Equal ops are one shared (immutable) object: a lowering emits the same tile op
     on every core and step, and the analytic executor then looks its time up once."""
     return Op(kind, m=m, k=k, n=n, batch=batch, elements=elements, dtype_bytes=dtype_bytes,
-              name=name)
+              name=name, inputs=2 if name == "reduce_add" else 1)  # partial sum + received
 
 
 # -- placement geometry ----------------------------------------------------------------
