@@ -25,8 +25,8 @@ PS_PER_NS = 1000
 MS_PER_PS = 1e-9
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
-_PREFIX = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_PREFIX = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _TIME = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6, "ms": 10**9, "s": 10**12}
 
 
@@ -78,7 +78,7 @@ def parse_bytes(value: object) -> int:
     if not isinstance(value, str):
         raise UnitError(f"expected a size like '64MiB', got {value!r}")
     num, unit = _split(value, "a size", "64MiB")
-    match = re.fullmatch(r"(Ki|Mi|Gi|Ti|k|K|M|G|T|)(B|b|)", unit)
+    match = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)(B|b|)", unit)
     if not match:
         raise UnitError(f"expected a size like '64MiB' or '2GB', got {value!r} (unknown unit {unit!r})")
     scale = _PREFIX[match[1]]
@@ -150,7 +150,7 @@ def parse_bandwidth_bps(value: object) -> int:
     if not isinstance(value, str):
         raise UnitError(f"expected a bandwidth like '460GB/s', got {value!r}")
     num, unit = _split(value, "a bandwidth", "460GB/s")
-    match = re.fullmatch(r"(Ki|Mi|Gi|Ti|k|K|M|G|T|)(B|b)(?:/s|ps)", unit)
+    match = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)(B|b)(?:/s|ps)", unit)
     if not match:
         raise UnitError(f"expected a bandwidth like '460GB/s' or '16Gb/s', got {value!r}")
     total = num * _PREFIX[match[1]] / (8 if match[2] == "b" else 1)

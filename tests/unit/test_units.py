@@ -31,7 +31,7 @@ def test_parse_freq(text, expected):
 
 @pytest.mark.parametrize("text, expected", [
     ("460GB/s", 460 * 10**9), ("16Gb/s", 2 * 10**9), ("1.2TB/s", 1_200_000_000_000),
-    ("25.6GBps", 25_600_000_000),
+    ("25.6GBps", 25_600_000_000), ("21PB/s", 21 * 10**15),  # Cerebras WSE-2's SRAM
 ])
 def test_parse_bandwidth(text, expected):
     assert parse_bandwidth_bps(text) == expected
