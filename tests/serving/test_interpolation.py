@@ -218,6 +218,18 @@ def test_a_part_keeps_the_stage_graphs_dependencies_among_its_own_tasks():
 
 
 @pytest.mark.component
+def test_binary_vector_ops_read_both_operands_on_every_core():
+    replica, _ = _replica_and_session()
+    graph = replica._stage_segments((SequenceChunk(64, 0, True),), "stage")[1][2].build()
+    inputs = {}
+    for task in graph.tasks:
+        if hasattr(task, "op") and task.unit.endswith(".vec"):
+            inputs.setdefault(task.name.split(".", 1)[1].split("@")[0], set()).add(task.op.inputs)
+    assert inputs["attn_residual"] == inputs["mlp_residual"] == inputs["act_mul"] == {2}
+    assert inputs["input_norm"] == inputs["attn_softmax[s0]"] == {1}
+
+
+@pytest.mark.component
 def test_a_cut_shared_by_stages_with_the_same_plan_builds_each_stages_own_layers():
     replica, _ = _replica_and_session()
     chunks = (SequenceChunk(100, 0, True),)

@@ -60,7 +60,7 @@ class ExpertTensorParallel:
             g, u = gemm(gate, deps), gemm(up, deps)
             share = Op(act.op.kind, elements=-(-act.op.elements // tp),
                        flops_per_element=act.op.flops_per_element,
-                       dtype_bytes=act.op.dtype_bytes, name=act.name)
+                       dtype_bytes=act.op.dtype_bytes, name=act.name, inputs=act.op.inputs)
             mul = {core: [graph.compute(f"core{core}.vec", share, g[core] + u[core],
                                         f"L{layer}.{act.label}@core{core}")] for core in cores}
             for core, ids in gemm(down, mul).items():

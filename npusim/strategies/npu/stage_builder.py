@@ -329,7 +329,7 @@ class StageBuilder:
         if role == "vector":
             share = Op(op.op.kind, elements=-(-op.op.elements // tp),
                        flops_per_element=op.op.flops_per_element, dtype_bytes=op.op.dtype_bytes,
-                       name=op.name)
+                       name=op.name, inputs=op.op.inputs)
             return {core: [graph.compute(f"core{core}.vec", share, deps[core], f"{tag}@core{core}")]
                     for core in group.cores}
         raise MappingError(f"operator {op.name!r} (role {op.role!r}) of {self.model.name} is "
