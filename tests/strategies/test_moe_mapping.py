@@ -90,6 +90,15 @@ def test_ep_and_tp_both_run_and_differ():
     flops = [r.ops.loc[r.ops["op"].str.contains(gemm) & r.ops["unit"].str.endswith(".sa"),
                        "flops"].sum() for r in (ep, tp)]
     assert flops[0] == flops[1] > 0
+    # SiLU(gate) x up and the residual add read two FP16 operands and write one in both
+    # placements: 3 x 2 B per element (TP rebuilds the act op per core).
+    from npusim.workload.layer_ops import ADD_FLOPS_PER_ELEMENT, SWIGLU_FLOPS_PER_ELEMENT
+    for r in (ep, tp):
+        vec = r.ops[r.ops["unit"].str.endswith(".vec")]
+        for name, flops_per_element in (("expert_act_mul", SWIGLU_FLOPS_PER_ELEMENT),
+                                        ("mlp_residual", ADD_FLOPS_PER_ELEMENT)):
+            rows = vec[vec["op"] == name]
+            assert len(rows) and (rows["bytes"] * flops_per_element == 6 * rows["flops"]).all()
 
 
 @pytest.mark.parametrize("placement", ["ep", "tp"])
