@@ -58,8 +58,12 @@ def main() -> None:
     if args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if not args.trace.is_file():
-        parser.error(f"--trace {args.trace}: not a trace file (download the Azure trace, "
-                     "see traces/README.md)")
+        where = ("--trace" if args.trace != DEFAULT_TRACE else
+                 "the default trace ($NPUSIM_DATA_DIR)" if os.environ.get("NPUSIM_DATA_DIR")
+                 else "the default trace (shared/data beside the checkout)")
+        parser.error(f"{where} {args.trace}: no such file (download "
+                     "AzureLLMInferenceTrace_conv.csv, see docs/traces.md 'Real traces', "
+                     "then pass --trace FILE or set NPUSIM_DATA_DIR to its folder)")
     check_json_target(args.json)
     report = {"trace": str(args.trace), "limit": args.limit, "overrides": args.overrides,
               "bare_simpy_timeouts_per_s": round(bare_simpy()), "runs": []}
