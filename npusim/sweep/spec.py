@@ -37,7 +37,8 @@ from npusim.sweep import expr
 from npusim.sweep.axes import Axis, check_name, parse_axes
 from npusim.sweep.capacity import DEFAULTS as CAPACITY_DEFAULTS
 from npusim.sweep.paths import (MISSING, config_hash, format_override, get_path,
-                                input_file_digests, split_path)
+                                input_file_digests)
+from npusim.sweep.spec_paths import base_defaults, check_paths, set_path
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
              "on_invalid", "capacity")
@@ -100,7 +101,7 @@ class SweepSpec:
         from npusim.config.loader import _resolve_with_overrides, validate
         from npusim.config.schema import scenario_model
 
-        defaults = _base_defaults(self)
+        defaults = base_defaults(self)
         problems: list[tuple[str, str]] = []
         points: list[Point] = []
         for index, swept in enumerate(self.combinations()):
@@ -168,13 +169,6 @@ class SweepSpec:
         return list(self.set) + [format_override(p, v) for p, v in params.items()]
 
 
-def _base_defaults(spec: SweepSpec) -> dict[str, Any]:
-    """The validated base scenario (fixed overrides applied) with every default filled."""
-    from npusim.config.loader import scenario_from_dict
-
-    return scenario_from_dict(spec.base, spec.base_source, spec.set).model_dump(mode="json")
-
-
 # --------------------------------------------------------------------------- parsing
 
 def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> SweepSpec:
@@ -239,12 +233,12 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
                      constraints=constraints, on_invalid=on_invalid,
                      description=str(data.get("description") or ""), capacity=capacity)
     if capacity is not None:
-        kind = _base_defaults(spec)["workload"].get("kind")
+        kind = base_defaults(spec)["workload"].get("kind")
         if kind != "serving":
             raise ConfigError(source, [("capacity", f"the base scenario's workload is {kind!r}; "
                                         "a capacity search needs a serving workload (kind: "
                                         "serving)")])
-    _check_paths(spec, data)
+    check_paths(spec, data)
     return spec
 
 
@@ -297,10 +291,6 @@ def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
     raise ConfigError(source, [("base", f"scenario file {value!r} not found (looked in {looked})")])
 
 
-def _set_path(text: str) -> str:
-    return text.split("=", 1)[0].strip()
-
-
 def _parse_set(value: Any, bad) -> list[str]:
     """``set:`` as ``path=value`` overrides; each path is checked here so a malformed one
     is reported as ``set.PATH`` of the spec, not as a problem of the base scenario."""
@@ -311,43 +301,9 @@ def _parse_set(value: Any, bad) -> list[str]:
                 if check_name(p, f"set.{p}", bad)]
     if isinstance(value, list) and all(isinstance(v, str) and "=" in v for v in value):
         return [text for i, text in enumerate(value)
-                if check_name(_set_path(text), f"set[{i}]", bad)]
+                if check_name(set_path(text), f"set[{i}]", bad)]
     bad("set", f"expected a mapping path: value or a list of 'path=value', got {value!r}")
     return []
-
-
-def _blame(spec: SweepSpec, exc: ConfigError) -> list[tuple[str, str]]:
-    """Problems of the base scenario with ``set:`` applied, each put on the ``set.PATH``
-    entry that caused it or on the base file.
-
-    A problem the base has on its own is the base's; one at (or inside, or above) a path
-    that ``set:`` assigns is that entry's; anything else appeared only with ``set:``
-    applied (a cross-field rule) and names both.
-    """
-    from npusim.config.loader import scenario_from_dict
-
-    own: set[tuple[str, str]] = set()
-    if exc.source != "--set":  # "--set" problems come from applying an entry, never the base
-        try:
-            scenario_from_dict(spec.base, spec.base_source)
-        except ConfigError as base_exc:
-            own = {(p, m) for p, m in base_exc.problems}
-    paths = [_set_path(text) for text in spec.set]
-
-    def related(assigned: str, path: str) -> bool:
-        return any(a == b or b.startswith(a + ".") or b.startswith(a + "[")
-                   for a, b in ((assigned, path), (path, assigned)))
-
-    blamed = []
-    for path, message in exc.problems:
-        owner = next((a for a in paths if related(a, path)), None)
-        if (path, message) in own or not paths:
-            blamed.append((f"base ({spec.base_source}): {path}", message))
-        elif owner is not None:
-            blamed.append((f"set.{owner}" + ("" if owner == path else f" ({path})"), message))
-        else:
-            blamed.append((f"base ({spec.base_source}) with set: {path}", message))
-    return blamed
 
 
 def _shown(text: str, limit: int = 80) -> str:
@@ -449,44 +405,3 @@ def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
             continue
         constraints.append((item["require"], str(item.get("reason") or f"constraint failed: {item['require']}")))
     return constraints
-
-
-def _check_paths(spec: SweepSpec, data: Mapping) -> None:
-    """Every swept, derived or referenced path must name a field of the base scenario."""
-    from npusim.config.loader import _resolve_with_overrides
-
-    try:
-        defaults = _base_defaults(spec)
-    except ConfigError as exc:
-        raise ConfigError(spec.source, _blame(spec, exc)) from None
-    raw = _resolve_with_overrides(copy.deepcopy(spec.base), spec.set, spec.base_source)
-    swept = set(spec.param_names)
-    problems = []
-
-    def known(path: str, swept_ok: bool) -> bool:
-        return (path.endswith("preset") or (swept_ok and path in swept)
-                or get_path(defaults, path) is not MISSING or get_path(raw, path) is not MISSING)
-
-    def check(path: str, where: str, swept_ok: bool = True) -> None:
-        if known(path, swept_ok):
-            return
-        parts = split_path(path)
-        parent = get_path(defaults, ".".join(str(p) for p in parts[:-1])) if len(parts) > 1 else defaults
-        options = sorted(parent) if isinstance(parent, Mapping) else []
-        close = difflib.get_close_matches(str(parts[-1]), options, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        problems.append((where, f"no field {path!r} in the base scenario{hint}"))
-
-    for i, axis in enumerate(spec.axes):
-        for path in axis.rows[0] if axis.rows else {}:
-            check(path, f"axes[{i}].{axis.kind}.{path}", swept_ok=False)
-    for path, template in spec.derived.items():
-        check(path, f"derived.{path}", swept_ok=False)
-        for ref in expr.references(template) if isinstance(template, str) else []:
-            check(ref, f"derived.{path}: ${{{ref}}}")
-    for i, (text, _) in enumerate(spec.constraints):
-        node, names = expr.parse(text)
-        for ref in expr.field_paths(node, names):
-            check(ref, f"constraints[{i}].require: {ref}")
-    if problems:
-        raise ConfigError(spec.source, problems)

@@ -135,6 +135,21 @@ def test_unknown_paths_are_caught_before_running():
     assert "workload.q" in problems["derived.workload.n: ${workload.q}"]
 
 
+def test_a_field_of_a_section_the_base_leaves_null_can_be_swept():
+    # pd.decode_core is null in the disaggregation scenario; `--set` creates it, and so
+    # does a sweep point, so the spec asks the schema instead of the base's values.
+    disagg = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_disagg.yaml")
+    ok = spec_from_dict({"base": disagg, "axes": [
+        {"grid": {"workload.pd.decode_core.systolic_size": [32, 64]}}]}, source="s.yaml")
+    assert [p.params["workload.pd.decode_core.systolic_size"] for p in ok.points()] == [32, 64]
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"base": disagg, "axes": [
+            {"grid": {"workload.pd.decode_core.systolic_sise": [32]}}]}, source="s.yaml")
+    [(where, message)] = info.value.problems
+    assert where == "axes[0].grid.workload.pd.decode_core.systolic_sise"
+    assert "did you mean 'systolic_size'" in message
+
+
 def test_missing_base_file():
     with pytest.raises(ConfigError, match="not found"):
         spec_from_dict({"base": "no/such/scenario.yaml"}, source="s.yaml")
