@@ -48,7 +48,7 @@ def _as_nonneg_int(value: float, text: object, what: str, resolution: str = "") 
         raise UnitError(f"expected a non-negative {what}, got {text!r}")
     result = int(round(value))
     if value > 0 and result == 0:  # rounding must not turn a quantity into "none"
-        none = "" if what == "frequency" else "; use 0 for none"
+        none = "" if what in ("frequency", "bandwidth") else "; use 0 for none"
         raise UnitError(f"expected a {what} of at least {resolution or '1'} (the resolution "
                         f"npusim keeps), got {text!r}{none}")
     return result

@@ -38,6 +38,14 @@ class CoreVariant(NumbersNotBooleans):
                                      description="HBM channels per core (each the preset's "
                                                  "channel bandwidth; power of two, at most "
                                                  "1024).")
+    @field_validator("hbm_channels")
+    @classmethod
+    def _power_of_two(cls, value: int | None) -> int | None:
+        # the DRAM address mapping splits addresses by channel bits
+        if value is not None and value & (value - 1):
+            raise ValueError(f"expected a power of two (1, 2, 4, ...), got {value}")
+        return value
+
     sram_bytes_per_cycle: int | None = Field(
         None, ge=1, description="SRAM port bytes per cycle of these cores. Default (None): "
                                 "the preset's, scaled with the array's side when "
@@ -105,10 +113,6 @@ class PdConfig(NumbersNotBooleans):
         if self.decode_core is not None and self.mode != "disaggregation":
             raise ValueError("pd.decode_core needs mode: disaggregation (fusion runs both "
                              "phases on the same cores)")
-        if self.decode_core is not None and self.decode_core.hbm_channels is not None \
-                and self.decode_core.hbm_channels & (self.decode_core.hbm_channels - 1):
-            raise ValueError(f"pd.decode_core.hbm_channels = {self.decode_core.hbm_channels} "
-                             "must be a power of two")
         return self
 
 

@@ -293,7 +293,8 @@ def test_decode_core_variant_needs_disaggregation():
     ("workload.preemption=swap", "'swap' moves a preempted request's KV to host memory"),
     ("hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200}, "
      "port_core: 64}", "host.port_core = 64 is not a core of this 64-core chip"),
-    ("workload.pd.decode_core={hbm_channels: 3}", "must be a power of two"),
+    ("workload.pd.decode_core={hbm_channels: 3}",
+     "workload.pd.decode_core.hbm_channels: expected a power of two (1, 2, 4, ...), got 3"),
     # A typo'd size is an error, not a 100000 x 100000 array simulated in silence.
     ("workload.pd.decode_core={systolic_size: 100000}",
      "workload.pd.decode_core.systolic_size: Input should be less than or equal to 4096"),

@@ -80,3 +80,12 @@ def test_parse_time_ms_converts_times_with_units_and_leaves_numbers_in_ms(value,
     from npusim.core.units import parse_time_ms
 
     assert parse_time_ms(value) == ms
+
+
+def test_a_sub_resolution_bandwidth_is_not_told_to_use_zero():
+    # bandwidth fields are > 0: "use 0 for none" would send the user into the next error
+    with pytest.raises(UnitError) as info:
+        parse_bandwidth_bps(0.5)
+    assert "at least 1" in str(info.value) and "use 0" not in str(info.value)
+    with pytest.raises(UnitError, match="use 0 for none"):
+        parse_time_ps("0.1ps")  # a duration of 0 is a valid "none"
