@@ -431,12 +431,22 @@ class ServingDriver(KvAdmission):
         info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
                 "scheduler": self.config.scheduler.kind,
                 "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
+                              "core_ids": list(r.cores), "core": self._core_summary(r.cores[0]),
                               "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
         # The run's latency is the serving window, as the rates use: from the first
         # arrival (a trace need not start at 0) to the end of the last work.
         first_ps = min((s.request.arrival_ps for s in states), default=0)
         return DriveOutcome(max(0, last_ps - first_ps), len(session.segment_rows), info, metrics,
                             {"requests": rows, "iterations": log.columns()})
+
+    def _core_summary(self, core: int) -> dict:
+        """What one core of a replica is made of, as built (heterogeneous decode cores
+        differ from the preset's: the config keeps ``null`` for what was derived)."""
+        parts = self.device.parts
+        sa, sram = parts[f"core{core}.sa"].config, parts[f"core{core}.sram"].config
+        hbm = parts.get(f"core{core}.hbm")
+        return {"systolic": f"{sa.rows}x{sa.cols}", "sram_bytes_per_cycle": sram.bytes_per_cycle,
+                "hbm_channels": hbm.config.channels if hbm is not None else 0}
 
     # -- completing an iteration ---------------------------------------------------------
     def _complete(self, entry: Entry, replica: Replica, now: int, pools: dict[int, KvPool],

@@ -280,6 +280,16 @@ def test_smaller_decode_arrays_get_an_sram_port_scaled_with_them():
     assert set(decode) == {(512, 512 * 500_000_000)}  # the array is unchanged
 
 
+def test_metrics_say_what_each_replicas_cores_are_made_of():
+    replicas = serve(DISAGG, "workload.pd.decode_core={systolic_size: 32}").metrics["replicas"]
+    cores = {r["role"]: r["core"] for r in replicas}
+    assert cores["decode"] == {"systolic": "32x32", "sram_bytes_per_cycle": 128, "hbm_channels": 4}
+    assert cores["prefill"] == {"systolic": "128x128", "sram_bytes_per_cycle": 512,
+                                "hbm_channels": 4}
+    ids = [set(r["core_ids"]) for r in replicas]
+    assert all(len(i) == r["cores"] for i, r in zip(ids, replicas)) and not set.intersection(*ids)
+
+
 def test_decode_core_variant_needs_disaggregation():
     from npusim.core.errors import ConfigError
 
