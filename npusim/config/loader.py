@@ -202,8 +202,15 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
         if kind == "extra_forbidden":
             owner = _owner_model(model, data, parts[:-1])
             known = sorted(owner.model_fields) if owner else []
-            close = difflib.get_close_matches(str(parts[-1]), known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            key = str(parts[-1])
+            name, colon, value = key.partition(":")
+            if colon and name.strip() in known:  # flow YAML `{size:32}` is one key
+                close = [name.strip()]
+                hint = (f"; YAML needs a space after the colon: "
+                        f"{{{name.strip()}: {value.strip()}}}")
+            else:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
             listing = f" (known keys: {', '.join(known)})" if known else ""
             siblings = _kinds_with_field(owner, str(parts[-1])) if owner and not close else None
             if siblings and siblings[1]:  # a key of a sibling part: say which kinds take it

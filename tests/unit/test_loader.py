@@ -47,6 +47,13 @@ def test_unknown_key_suggests_the_closest_field():
     assert "lane" in str(info.value) and "did you mean 'lanes'" in str(info.value)
 
 
+def test_a_flow_mapping_without_a_space_after_the_colon_is_explained():
+    # `--set 'x={lanes:4}'` parses as the one key "lanes:4" (YAML needs ": ")
+    with pytest.raises(ConfigError) as info:
+        loader.validate(Core, {"sram": {"capacity_bytes": 1}, "lanes:4": None}, "core.yaml")
+    assert "YAML needs a space after the colon: {lanes: 4}" in str(info.value)
+
+
 def test_overrides_parse_paths_and_yaml_values():
     parts, value = loader.parse_override("hw.cores[2].sram.capacity_bytes=32MiB")
     assert parts == ["hw", "cores", 2, "sram", "capacity_bytes"] and value == "32MiB"
