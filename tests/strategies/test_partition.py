@@ -17,7 +17,7 @@ from npusim.executor.analytic import run_analytic
 from npusim.executor.base import prepare
 from npusim.executor.tlm import run_tlm
 from npusim.mapping.taskgraph import ComputeTask, TaskGraph, TransferTask
-from npusim.strategies.npu.partition import GemmSpec, get_partition, grid_of
+from npusim.strategies.npu.partition import GemmSpec, add_op, get_partition, grid_of
 from npusim.strategies.npu.partition_k import KPartition
 from npusim.strategies.npu.partition_mn import MnPartition
 from npusim.strategies.npu.partition_mnk import MnkPartition
@@ -253,3 +253,8 @@ def test_partition_gemm_bench_reports_latency_and_bytes():
     assert slower["latency_ps"] > out["latency_ps"]
     with pytest.raises(ValueError, match="mode"):
         bench(m=8, k=8, n=8, mode="cycle")
+
+
+def test_the_partial_sum_add_reads_both_partial_sums():
+    op = add_op(GemmSpec("g", 64, 256, 128), 64 * 128)
+    assert (op.inputs, op.elements, op.input_bytes, op.output_bytes) == (2, 8192, 32768, 16384)

@@ -179,16 +179,17 @@ def gemm_op(gemm: GemmSpec, m: int, k: int, n: int) -> Op:
 
 def add_op(gemm: GemmSpec, elements: int) -> Op:
     """Element-wise add of an incoming partial sum (``elements`` across the batch)."""
-    return _op("elementwise", "reduce_add", gemm.dtype_bytes, 1, 1, 1, 1, max(1, elements))
+    return _op("elementwise", "reduce_add", gemm.dtype_bytes, 1, 1, 1, 1, max(1, elements),
+               inputs=2)  # its own partial sum and the received one
 
 
 @lru_cache(maxsize=4096)
 def _op(kind: str, name: str, dtype_bytes: int, batch: int, m: int, k: int, n: int,
-        elements: int) -> Op:
+        elements: int, inputs: int = 1) -> Op:
     """Equal ops are one shared (immutable) object: a lowering emits the same tile op
     on every core and step, and the analytic executor then looks its time up once."""
     return Op(kind, m=m, k=k, n=n, batch=batch, elements=elements, dtype_bytes=dtype_bytes,
-              name=name, inputs=2 if name == "reduce_add" else 1)  # partial sum + received
+              name=name, inputs=inputs)
 
 
 # -- placement geometry ----------------------------------------------------------------
