@@ -53,7 +53,9 @@ def sweep(
         parsed = load_spec(spec, extra)
         out_dir = (option_path(out, "--out", "a directory for the sweep results")
                    or Path("out") / "sweeps" / parsed.name)
-        ResultStore(out_dir).check_output("--out")  # before any point is resolved or run
+        store = ResultStore(out_dir)
+        store.check_output("--out")  # before any point is resolved or run
+        store.check_same_sweep(parsed.name, "--out")
         summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
                             scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "

@@ -276,6 +276,7 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     started = time.perf_counter()
     store = ResultStore(out_dir)
     store.check_output()  # a file in the way of OUT fails now, not after resolving points
+    store.check_same_sweep(spec.name)
     points = spec.points()  # a spec error here leaves OUT untouched
     with store.lock():  # one sweep at a time writes a directory
         return _run_locked(spec, points, store, out_dir, executor, workers, scheduler,

@@ -223,6 +223,18 @@ class ResultStore:
                                   "writes a file there; move it away or choose another "
                                   "directory")
 
+    def check_same_sweep(self, name: str, option: str | None = None) -> None:
+        """Raise :class:`OutputError` when the directory holds another sweep's results: the
+        new manifest would hide them from every reader.  The same sweep (by name) may
+        come back to resume or to extend its points."""
+        manifest = self.manifest()
+        if manifest is None or manifest.get("sweep") in (None, name):
+            return
+        where = f"{option} {self.root}" if option else str(self.root)
+        raise OutputError(f"{where}: holds the results of sweep {manifest['sweep']!r} "
+                          f"({len(manifest['points'])} points); this spec is {name!r}; "
+                          "expected a new directory, or the same sweep to resume or extend")
+
     def _make_dirs(self) -> None:
         try:
             self.parts.mkdir(parents=True, exist_ok=True)

@@ -191,3 +191,16 @@ def test_a_second_sweep_into_the_same_directory_is_refused_while_the_first_runs(
         json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
     with store.lock():
         assert json.loads((tmp_path / "sweep" / ".sweep.lock").read_text())["pid"] == os.getpid()
+
+
+def test_another_sweeps_directory_is_refused_the_same_sweep_may_come_back(tmp_path):
+    from types import SimpleNamespace
+
+    store = ResultStore(tmp_path / "sweep")
+    store.check_same_sweep("grid")                      # an empty directory takes any sweep
+    store.write_manifest("grid", ["workload.m"], [SimpleNamespace(index=0, key="k0", params={})])
+    store.check_same_sweep("grid")                      # resuming or extending: fine
+    with pytest.raises(OutputError, match=r"--out .*sweep: holds the results of sweep 'grid' "
+                                          r"\(1 points\); this spec is 'other'"):
+        store.check_same_sweep("other", "--out")
+    assert store.manifest()["sweep"] == "grid"          # nothing was replaced
