@@ -116,7 +116,7 @@ class CapacityResult:
         del out["config"]  # written beside it as config.resolved.yaml
         out["probes"] = [asdict(p) for p in self.probes]
         out["max_requests_per_s"] = self.max_requests_per_s
-        return out
+        return _undefined_as_null(out)
 
     def write(self, out_dir: str | Path) -> Path:
         """Write ``capacity.json``, ``capacity.csv`` (the probes) and
@@ -134,6 +134,18 @@ class CapacityResult:
         write_text(out / "config.resolved.yaml", yaml.safe_dump(self.config, sort_keys=False),
                    "the scenario probed")
         return out
+
+
+def _undefined_as_null(value: Any) -> Any:
+    """``value`` with NaN (the latency of a probe where no request finished) as None:
+    JSON has no NaN, and metrics.json writes null for the same case."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _undefined_as_null(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_undefined_as_null(item) for item in value]
+    return value
 
 
 def probes_table(probes: Iterable[CapacityProbe]):

@@ -113,6 +113,20 @@ def test_a_search_where_every_request_is_rejected_says_so(monkeypatch):
 
 
 @pytest.mark.unit
+def test_a_search_where_nothing_finished_writes_null_latencies_and_plots(tmp_path, monkeypatch):
+    from npusim import analysis
+
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, rejected=100))
+    find_capacity(DISAGG, max_probes=3).write(tmp_path)
+    def no_nan(text):
+        raise AssertionError(f"capacity.json holds {text}, which is not JSON")
+    summary = json.loads((tmp_path / "capacity.json").read_text(), parse_constant=no_nan)
+    assert [probe["ttft_ms_p90"] for probe in summary["probes"]] == [None] * 3
+    figure = analysis.plot_capacity(tmp_path)  # empty latency cells are probes, not damage
+    assert figure.axes
+
+
+@pytest.mark.unit
 def test_only_a_bracketed_search_reports_a_capacity(monkeypatch):
     monkeypatch.setattr(npusim.api, "simulate", stand_in(1e9))
     found = find_capacity(DISAGG, max_probes=3)
