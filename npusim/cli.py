@@ -157,7 +157,8 @@ def run(
     iterations.csv)."""
     from npusim.api import simulate
     from npusim.config.loader import load_scenario
-    from npusim.core.output_paths import check_output_dir, option_path
+    from npusim.core.output_paths import check_not_inputs, check_output_dir, option_path
+    from npusim.metrics.result import output_names
 
     def action() -> None:
         overrides = trace_override(trace)
@@ -191,6 +192,7 @@ def run(
                     raise NpusimError(f"{scenario}: --mode: {message}") from None
             raise
         out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run
+        check_not_inputs(out_dir, output_names(), _input_files(config, scenario, hw))
         try:
             result = _simulate_with_progress(simulate, config, quiet)
         except (MappingError, TraceError) as exc:  # valid config that cannot run: say which
@@ -217,6 +219,21 @@ def run(
                            "rows; --set run.trace=true records them)")
 
     _guard(action)
+
+
+def _input_files(config, scenario: str, hw: str | None) -> dict[str, Path | None]:
+    """The files a run reads that could sit where it writes (a previous run's
+    config.resolved.yaml and requests.csv are a valid scenario and trace)."""
+    from npusim.config.presets import locate
+    from npusim.workload.trace_readers import resolve_trace_path
+
+    trace_file = getattr(getattr(config.workload, "trace", None), "file", None)
+    try:
+        trace_path = resolve_trace_path(trace_file) if trace_file else None
+    except TraceError:
+        trace_path = None
+    return {"scenario": locate(scenario), "hardware file": Path(hw) if hw else None,
+            "trace": trace_path}
 
 
 def _warn_rejections(metrics: dict, out_dir: Path) -> None:

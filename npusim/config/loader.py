@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from npusim.config.presets import load_preset, locate, parse_yaml, read_yaml
 from npusim.core.errors import ConfigError
+from npusim.core.text import UNENCODABLE, is_encodable, shown, unencodable_path
 
 _MAX_PRESET_DEPTH = 16
 
@@ -78,6 +79,8 @@ _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:
     """Split ``a.b[2].c=value`` into its path and its YAML-parsed value."""
+    if not is_encodable(text):
+        raise ConfigError("--set", [(shown(text), UNENCODABLE)])
     if "=" not in text:
         raise ConfigError("--set", [(text, "expected PATH=VALUE, e.g. hw.core.sram.capacity_bytes=32MiB")])
     raw_path, raw_value = text.split("=", 1)
@@ -97,6 +100,8 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {_describe_input(raw_value)})")]) from None
     except yaml.YAMLError:
         value = raw_value  # not YAML: the text itself (a path, a name)
+    if unencodable_path(value) is not None:  # a "\ud800" escape inside the value
+        raise ConfigError("--set", [(raw_path, UNENCODABLE)])
     return parts, value
 
 

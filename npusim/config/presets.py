@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from npusim.core.errors import ConfigError
+from npusim.core.text import UNENCODABLE, join_surrogate_pairs, unencodable_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,7 +103,8 @@ def parse_yaml(text: str) -> Any:
             None, None, "lists or mappings nested too deeply; expected at most a few "
             "hundred levels") from None
     _check_expanded_size(data)
-    return data
+    # rebuilt only when some text holds surrogates (a "\ud83d\ude00" pair as JSON writes it)
+    return data if unencodable_path(data) is None else join_surrogate_pairs(data)
 
 
 def _check_expanded_size(data: Any) -> None:
@@ -150,13 +152,17 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read file: {exc.strerror}")]) from None
     try:
-        return parse_yaml(text)
+        data = parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
         raise ConfigError(str(path), [(where, f"{kind}: {problem}")]) from None
+    bad = unencodable_path(data)
+    if bad is not None:  # a "\ud800" escape: refused here, not when the results are written
+        raise ConfigError(str(path), [(bad, UNENCODABLE)])
+    return data
 
 
 def list_presets(root: Path | None = None) -> list[str]:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator, Mapping
 
 from npusim.core.errors import OutputError
+from npusim.core.text import is_encodable, shown
 
-__all__ = ["atomic_output", "check_output_dir", "check_output_file", "option_path"]
+__all__ = ["atomic_output", "check_not_inputs", "check_output_dir", "check_output_file",
+           "option_path"]
 
 
 def option_path(value: str | None, option: str, expected: str) -> Path | None:
@@ -22,7 +24,26 @@ def option_path(value: str | None, option: str, expected: str) -> Path | None:
         return None
     if not value.strip():
         raise OutputError(f"{option}: got an empty path {value!r}; expected {expected}")
+    if not is_encodable(value):  # a byte that is not UTF-8: the result writers cannot name it
+        raise OutputError(f"{option}: the path {shown(value)} holds bytes that are not UTF-8; "
+                          f"expected {expected} named in UTF-8")
     return Path(value)
+
+
+def check_not_inputs(out_dir: Path, names: Iterable[str], inputs: Mapping[str, Path | None],
+                     option: str = "--out") -> None:
+    """Raise :class:`OutputError` if writing ``names`` into ``out_dir`` would replace one
+    of the run's ``inputs`` (``{what: path}``): a previous run's ``requests.csv`` reads as a
+    trace and its ``config.resolved.yaml`` as a scenario, so rerunning from them into the
+    same directory would destroy them."""
+    targets = {(out_dir / name).resolve(): name for name in names}
+    for what, path in inputs.items():
+        if path is None:
+            continue
+        name = targets.get(Path(path).resolve())
+        if name is not None:
+            raise OutputError(f"{option} {out_dir}: would replace the {what} {path} (this run "
+                              f"writes its {name} there); expected another output directory")
 
 
 def _nearest_existing(path: Path) -> Path:

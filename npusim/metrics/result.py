@@ -120,7 +120,7 @@ class Result:
         out = check_output_dir(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         names = (["metrics.json", "ops.csv", "segments.csv"] + [f"{n}.csv" for n in self.tables]
-                 + ["units.csv", "trace.json", "config.resolved.yaml", "host.json"])
+                 + list(RUN_FILES))
         clash = [n for n in names if (out / n).is_dir()]
         if clash:
             raise OutputError(f"{out / clash[0]}: is a directory; expected to write a file "
@@ -145,6 +145,17 @@ class Result:
             raise OutputError(f"{out}: cannot write the results ({exc.strerror or exc}: "
                               f"{exc.filename or ''})") from None
         return out
+
+
+#: The files every run writes besides metrics.json, ops.csv, segments.csv and its extra
+#: tables (:meth:`Result.write`).
+RUN_FILES = ("units.csv", "trace.json", "config.resolved.yaml", "host.json")
+
+
+def output_names() -> list[str]:
+    """Every file name a run may write into its output directory."""
+    return (["metrics.json", "ops.csv", "segments.csv", *RUN_FILES]
+            + [f"{name}.csv" for name in _EXTRA_TABLE_HEADERS])
 
 
 #: Extra tables a run may write, with the header npusim gives each: a file of that name

@@ -31,6 +31,7 @@ from pydantic import (AliasChoices, ConfigDict, Field, PrivateAttr,
 
 from npusim.core.errors import ConfigError
 from npusim.core.json_keys import DuplicateKeyError, unique_keys
+from npusim.core.text import UNENCODABLE, unencodable_path
 from npusim.core.registry import NumbersNotBooleans
 from npusim.workload.model_params import GATED_MLP_MATRICES, LayerParams, ParamCounts
 
@@ -428,5 +429,8 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
     except ValueError:  # only an integer past Python's 4300-digit conversion limit
         raise ConfigError(source, [("", "an integer of more than 4300 digits; expected "
                                         "model dimensions of at most a few dozen digits")]) from None
+    bad = unencodable_path(data)
+    if bad is not None:
+        raise ConfigError(source, [(bad, UNENCODABLE)])
     stem = path.parent.name if path.name == "config.json" else path.stem
     return parse_model(data, source, name=stem)

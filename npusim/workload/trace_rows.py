@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from npusim.core.errors import TraceError
 from npusim.core.json_keys import DuplicateKeyError, unique_keys
+from npusim.core.text import UNENCODABLE, unencodable_path
 from npusim.core.units import PS_PER_S
 
 __all__ = ["Row", "csv_rows", "jsonl_rows", "present", "integer_cell", "seconds_cell",
@@ -89,6 +90,9 @@ def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Ite
             if not isinstance(obj, dict):
                 raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
                                  "expected one JSON object per line")
+            bad = unencodable_path(obj)
+            if bad is not None:  # "\ud800": refused here, not when requests.csv is written
+                raise TraceError(f"{source}:{number}: column {bad!r} {UNENCODABLE}")
             yield Row(number, obj)
 
     return None, rows()
@@ -210,7 +214,13 @@ def timestamp_cell(row: Row, column: str, loc: str) -> int:
     if zone and zone != "Z":
         sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
-        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+        zone_hours, zone_minutes = int(digits[:2]), int(digits[2:])
+        if zone_minutes > 59 or zone_hours * 60 + zone_minutes > 14 * 60:
+            # zones in use span -12:00 to +14:00; anything else is a typo that would
+            # silently move the request by hours
+            raise TraceError(f"{loc}: column {column!r}: got {raw!r} (zone offset {zone}); "
+                             f"expected an offset from -14:00 to +14:00 with minutes below 60")
+        seconds -= sign * (zone_hours * 3600 + zone_minutes * 60)
     return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)
 
 

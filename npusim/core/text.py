@@ -1,0 +1,71 @@
+"""Text that cannot be written back out.
+
+Python strings can hold what no file encoding can: a lone UTF-16 surrogate, from a JSON
+escape such as ``"\\ud800"`` or from a command-line byte that is not UTF-8 (decoded with
+``surrogateescape``).  Such a name would pass every check and then fail when the results
+are written, after the whole simulation has run; the readers refuse it up front instead,
+naming where it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_encodable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unencodable_path(value: Any, path: str = "") -> str | None:
+    """The field path (``a.b[2]``) of the first string, or mapping key, inside ``value``
+    that cannot be written as UTF-8; ``None`` when there is none."""
+    if isinstance(value, str):
+        return None if is_encodable(value) else path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and not is_encodable(key):
+                return path or "<top level>"
+            found = unencodable_path(item, here)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = unencodable_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def join_surrogate_pairs(value: Any) -> Any:
+    """``value`` with every string's UTF-16 surrogate pairs joined into the character
+    they encode: YAML's ``"\\ud83d\\ude00"`` escapes (as ``json.dumps`` writes a
+    character beyond U+FFFF) load as two halves, which JSON readers join; a lone half
+    stays for :func:`unencodable_path` to report."""
+    if isinstance(value, str):
+        if is_encodable(value):
+            return value
+        try:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:  # a lone half
+            return value
+    if isinstance(value, dict):
+        return {join_surrogate_pairs(key): join_surrogate_pairs(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [join_surrogate_pairs(item) for item in value]
+    return value
+
+
+UNENCODABLE = ("holds a character that cannot be written as UTF-8 (a lone surrogate, "
+               "such as a JSON \\ud800 escape or a byte that is not UTF-8); expected text")
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for an error message, with anything unprintable escaped (a lone
+    surrogate would otherwise break the terminal write that reports it)."""
+    return ascii(text)
