@@ -411,14 +411,36 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     """
     from npusim.config.schema import scenario_model
 
+    overrides = list(overrides)
     data = load_raw(path, overrides, hw_file)
     try:
         return validate(scenario_model(), data, str(path))
     except ConfigError as exc:
         # With --hw the hardware came from that file: blame it, with its own field paths.
         if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
-            raise
+            raise _with_override_notes(exc, overrides) from None
         raise ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems]) from None
+
+
+def _with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
+    """``exc`` with each problem at a field an override set marked ``(from the command
+    line: PATH=VALUE)``: the file is named as the scenario validated, but the bad value
+    is not in it."""
+    set_paths = []
+    for text in overrides:
+        try:
+            set_paths.append((_format_path(parse_override(text)[0]), text))
+        except ConfigError:  # pragma: no cover - already applied, so it parsed
+            continue
+    if not set_paths:
+        return exc
+    problems = []
+    for problem_path, message in exc.problems:
+        origin = [text for set_path, text in set_paths if problem_path == set_path
+                  or problem_path.startswith((f"{set_path}.", f"{set_path}["))]
+        problems.append((problem_path, f"{message} (from the command line: {origin[-1]})"
+                         if origin else message))
+    return ConfigError(exc.source, problems)
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",

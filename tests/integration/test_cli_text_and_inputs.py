@@ -99,3 +99,18 @@ def test_time_zone_offsets_in_range_move_the_arrival():
     utc = timestamp_cell(Row(1, {"t": "2023-11-16 18:15:46+00:00"}), "t", "x")
     assert timestamp_cell(Row(1, {"t": "2023-11-16 20:15:46+02:00"}), "t", "x") == utc
     assert timestamp_cell(Row(1, {"t": "2023-11-16 04:15:46-14:00"}), "t", "x") == utc
+
+
+def test_a_bad_override_is_said_to_come_from_the_command_line(tmp_path, capsys):
+    code, _, err = run_cli(["run", FUSION, "--out", tmp_path, "--set", "workload.trace.limt=5",
+                            "--set", "workload.scheduler.max_batch_size=0"], capsys)
+    assert code == 2 and "qwen3_4b_npu64_pd_fusion.yaml: invalid configuration (2 problems)" in err
+    assert "workload.trace.limt: unknown key; did you mean 'limit'?" in err
+    assert "(from the command line: workload.trace.limt=5)" in err
+    assert "(got 0) (from the command line: workload.scheduler.max_batch_size=0)" in err
+    # a problem in the file itself gets no such note
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(FUSION.read_text().replace("kind: serving", "kind: serving\n  tp: 0", 1))
+    code, _, err = run_cli(["run", scenario, "--out", tmp_path, "--set", "workload.trace.limit=5"],
+                           capsys)
+    assert code == 2 and "from the command line" not in err
