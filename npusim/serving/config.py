@@ -98,18 +98,28 @@ class PdConfig(NumbersNotBooleans):
                              "ignore it (remove it, or set pd.mode)")
         if self.mode == "fusion" and self.cores is not None and self.cores % (self.tp * self.dp):
             group, idle = self.tp * self.dp, self.cores % (self.tp * self.dp)
+            below = self.cores - idle
+            nearest = f"{below} or {below + group}" if below else f"{group}"
             raise ValueError(f"pd.cores = {self.cores} is not a multiple of tp x dp = {group}: "
-                             f"{idle} core(s) would sit idle; expected {self.cores - idle} or "
-                             f"{self.cores - idle + group} (or leave pd.cores out: the whole "
-                             "chip, rounded down)")
+                             f"{idle} core(s) would sit idle; expected a multiple of {group} "
+                             f"({nearest}; or leave pd.cores out: the whole chip, rounded "
+                             "down)")
         if self.mode == "disaggregation":
             for role, cores, tp, dp in (("prefill", self.prefill_cores, self.prefill_tp, self.prefill_dp),
                                         ("decode", self.decode_cores, self.decode_tp, self.decode_dp)):
                 group = (tp or self.tp) * dp
+                if cores < group:
+                    raise ValueError(f"pd.{role}_cores = {cores} is fewer than {role} tp x dp = "
+                                     f"{group}: not one stage of every replica can form; expected "
+                                     f"at least {group} (a multiple of it), or a smaller {role} "
+                                     "tp x dp")
                 if cores % group:
+                    below = cores - cores % group
+                    nearest = f"{below} or {below + group}"
                     raise ValueError(f"pd.{role}_cores = {cores} is not a multiple of {role} tp x dp "
                                      f"= {group}: {cores % group} core(s) would sit idle; expected "
-                                     f"{cores - cores % group} or {cores - cores % group + group}")
+                                     f"a multiple of {group} ({nearest}), or a {role} tp x dp "
+                                     f"that divides {cores}")
         if self.decode_core is not None and self.mode != "disaggregation":
             raise ValueError("pd.decode_core needs mode: disaggregation (fusion runs both "
                              "phases on the same cores)")

@@ -310,7 +310,11 @@ def test_decode_core_variant_needs_disaggregation():
      "workload.pd.decode_core.systolic_size: Input should be less than or equal to 4096"),
     ("workload.pd.decode_core={hbm_channels: 2048}",
      "workload.pd.decode_core.hbm_channels: Input should be less than or equal to 1024"),
-    ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"),
+    ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"
+                                     ": 5 core(s) would sit idle; expected a multiple of 7 (35 or 42)"),
+    # fewer cores than one group: the nearest multiple is not 0 (which is refused too)
+    ("workload.pd.decode_tp=64", "pd.decode_cores = 21 is fewer than decode tp x dp = 64: not one "
+                                 "stage of every replica can form; expected at least 64"),
     ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
     # fusion too: an explicit core count that leaves cores idle is an error, not rounded
     ("workload.pd={mode: fusion, cores: 50, tp: 4}",
