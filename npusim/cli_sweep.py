@@ -15,6 +15,9 @@ from npusim.core.output_paths import option_path
 
 PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches", "capacity")
 
+#: From this many points the sweep command says it is checking them first.
+_SAY_CHECKING_FROM = 1000
+
 
 def sweep(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Sweep spec YAML (base scenario + axes)."),
@@ -56,6 +59,12 @@ def sweep(
         store = ResultStore(out_dir)
         store.check_output("--out")  # before any point is resolved or run
         store.check_same_sweep(parsed.name, "--out")
+        count = len(parsed.combinations())
+        if count >= _SAY_CHECKING_FROM and not quiet:
+            # every point is resolved and validated before any runs (a few ms each): say
+            # so, or a large grid looks hung for minutes
+            typer.echo(f"checking {count:,} points against the base scenario before running "
+                       "any ...", err=True)
         summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
                             scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
@@ -69,7 +78,8 @@ def sweep(
                         fg=typer.colors.YELLOW, err=True)
         if summary.duplicates:
             typer.secho(f"  {summary.duplicates} point(s) repeat another point's config and "
-                        "parameters (a random axis drew a value twice): stored once",
+                        "parameters (a random axis drew a value twice, or a grid lists "
+                        "it twice): stored once",
                         fg=typer.colors.YELLOW, err=True)
         if summary.failed_before:
             typer.secho(f"  {summary.failed_before} point(s) stored as failed by an earlier run "
