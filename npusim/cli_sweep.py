@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -17,6 +20,29 @@ PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches", "capaci
 
 #: From this many points the sweep command says it is checking them first.
 _SAY_CHECKING_FROM = 1000
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM (``kill``, a batch system's time limit) as Ctrl-C while a sweep runs:
+    the finished points are already stored, the workers are stopped, exit 130."""
+    sweep_pid = os.getpid()
+
+    def interrupt(signum, frame):
+        if os.getpid() != sweep_pid:  # a forked worker inherited this: just end
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (a sweep run from a library thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def sweep(
@@ -65,8 +91,10 @@ def sweep(
             # so, or a large grid looks hung for minutes
             typer.echo(f"checking {count:,} points against the base scenario before running "
                        "any ...", err=True)
-        summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
-                            scheduler=scheduler, retry_failed=retry_failed, progress=not quiet)
+        with _sigterm_as_interrupt():
+            summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
+                                scheduler=scheduler, retry_failed=retry_failed,
+                                progress=not quiet)
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
                    f"{summary.skipped} skipped (constraints, on_invalid: skip), "
                    f"{summary.skipped_done} already "

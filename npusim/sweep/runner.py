@@ -140,11 +140,22 @@ def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[t
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(run_point, task): task for task in tasks}
-        for future in as_completed(futures):
-            try:
-                yield futures[future], future.result()
-            except BrokenProcessPool:
-                yield futures[future], None
+        try:
+            for future in as_completed(futures):
+                try:
+                    yield futures[future], future.result()
+                except BrokenProcessPool:
+                    yield futures[future], None
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM) or abandoned by the caller
+            # Leaving the block would wait for every queued point.  Ctrl-C reaches the
+            # workers too, a SIGTERM to the sweep does not: stop them here, or they run
+            # on as orphans holding their memory.  (The pool keeps its processes in a
+            # private mapping; there is no public way to stop a busy worker.)
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)  # forgets the processes
+            for process in processes:
+                process.kill()  # a worker holds nothing to save: rows are the parent's
+            raise
 
 
 def _dask(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[tuple[dict, Any]]:

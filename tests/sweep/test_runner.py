@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -158,3 +159,34 @@ def test_the_progress_bar_counts_skipped_points_apart_from_ok_ones():
     summary = runner.SweepSummary(out_dir=".", total=6, ok=5, skipped=1)
     bar.update(summary, remaining=0)
     assert calls[-1]["ok"] == 5 and calls[-1]["skipped"] == 1 and calls[-1]["failed"] == 0
+
+
+@pytest.mark.component
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads worker ids from /proc")
+def test_sigterm_stops_the_sweep_and_its_workers(tmp_path):
+    """Ctrl-C reaches the workers too; a SIGTERM to the sweep alone left them running as
+    orphans (about 1 GB each) until they finished every queued point."""
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(f"name: slow\nbase: {REPO_ROOT}/workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml\n"
+                    "set: {run.mode: tlm}\n"
+                    "axes:\n  - grid: {workload.trace.limit: [40, 41, 42, 43, 44, 45]}\n")
+    sweep = subprocess.Popen([sys.executable, "-m", "npusim.cli", "sweep", str(spec), "--out",
+                              str(tmp_path / "out"), "--workers", "2", "-q"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(workers) < 2 and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.2)
+        tasks = Path(f"/proc/{sweep.pid}/task")
+        workers = [pid for task in (tasks.iterdir() if tasks.is_dir() else ())
+                   for pid in (task / "children").read_text().split()]
+    assert len(workers) == 2, sweep.communicate()
+    time.sleep(1.0)                                   # both busy with a point
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=30)
+    assert sweep.returncode == 130, err
+    time.sleep(0.5)
+    alive = [pid for pid in workers if Path(f"/proc/{pid}").exists()
+             and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+    assert alive == [], f"workers {alive} outlived the sweep"
+    assert "Traceback" not in err
