@@ -412,6 +412,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         iteration_tokens_setting="workload.scheduler.max_batch_tokens (token_budget with "
                                  "chunked_prefill unless prefill_chunk_units is set, plus a "
                                  "request's tokens with chunk_kv: recompute)",
+        tp_setting="workload.pd." + ("tp" if role == "fused" or not getattr(config.pd, f"{role}_tp", None)
+                                     else f"{role}_tp"),
         # Plan for the smallest useful KV (one token); requests that can never fit are
         # rejected one by one by the engine, with the reason.
         batch=1, total_len=1, weight_tile_bytes=config.weight_tile_bytes,

@@ -105,6 +105,10 @@ class TraceSpec(GeneratorSpec):
         # Shorthand `prompt: 128` for `{kind: fixed, tokens: 128}` (the Fig. 11 tasks).
         if isinstance(value, int) and not isinstance(value, bool):
             return {"kind": "fixed", "tokens": value}
+        if isinstance(value, (float, str)):  # 1.5, "128": neither form
+            raise ValueError(f"got {value!r}; expected a whole number of tokens (a fixed "
+                             "length) or a length distribution such as {kind: uniform, "
+                             "low: 100, high: 1000}")
         return value
 
     @field_validator("num_requests")

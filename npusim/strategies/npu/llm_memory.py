@@ -142,7 +142,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
             f"TP {tp}, {STREAM_BUFFERS} tiles of {format_bytes(config.weight_tile_bytes)}) but "
             f"has {format_bytes(sram_bytes)}; expected fewer tokens per iteration ({setting} = "
             f"{tokens}), smaller weight tiles (workload.weight_tile_bytes), a larger TP "
-            "(workload.tp) or more SRAM per core (hw.core.sram.capacity_bytes)")
+            f"({getattr(config, 'tp_setting', 'workload.tp')}) or more SRAM per core "
+            "(hw.core.sram.capacity_bytes)")
     check_model_fits(model.params_total * config.dtype_bytes,
                      config.batch * config.total_len * kv_per_token_layer * model.num_hidden_layers,
                      sram_bytes * used_cores, hbm_bytes * used_cores,
