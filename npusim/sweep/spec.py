@@ -198,8 +198,12 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     def bad(where: str, message: str) -> None:
         problems.append((where, message))
 
+    if data is None:
+        raise ConfigError(source, [("", "file is empty; expected a sweep spec mapping (base:, "
+                                        "axes:, ...)")])
     if not isinstance(data, Mapping):
-        raise ConfigError(source, [("", f"expected a sweep mapping, got {type(data).__name__}")])
+        raise ConfigError(source, [("", f"expected a sweep spec mapping (base:, axes:, ...), "
+                                        f"got {type(data).__name__}")])
     if {"hw", "workload"} & set(data) and "axes" not in data:  # a scenario, not a spec
         raise ConfigError(source, [("", "this looks like a scenario (it has hw:/workload:), "
                                         "not a sweep spec; run it with `npusim run`, or sweep "
@@ -282,6 +286,10 @@ def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
             data = read_yaml(candidate)
             if not isinstance(data, Mapping):
                 raise ConfigError(str(candidate), [("", "expected a scenario mapping")])
+            if "axes" in data and "hw" not in data and "workload" not in data:
+                raise ConfigError(source, [("base", f"got {value!r}: {candidate} is a sweep "
+                                            "spec (it has axes:); expected a scenario (hw:, "
+                                            "workload:), such as that spec's own base")])
             return dict(data), str(candidate)
     folders = [c for c in candidates if c.is_dir()]
     if folders:

@@ -194,3 +194,20 @@ def test_integer_flag_and_seed_have_their_types():
     assert found["axes[0].random.params.workload.m.integer"] == "expected true or false, got 'maybe'"
     found = problems(**random_axis({"randint": [16, 64]}, seed=-1))
     assert found["axes[0].random.seed"] == "expected a non-negative integer seed, got -1"
+
+
+def test_an_empty_spec_or_a_sweep_as_base_says_what_was_expected(tmp_path):
+    from npusim.sweep.spec import load_spec
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="empty.yaml: file is empty; expected a sweep spec"):
+        load_spec(empty)
+    grid = REPO_ROOT / "workloads" / "sweeps" / "quickstart_grid.yaml"
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(f"base: {grid}\naxes:\n  - grid: {{workload.m: [64]}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_spec(nested)
+    assert info.value.problems == [("base", f"got '{grid}': {grid} is a sweep spec (it has "
+                                            "axes:); expected a scenario (hw:, workload:), such "
+                                            "as that spec's own base")]
