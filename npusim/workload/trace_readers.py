@@ -256,5 +256,6 @@ def resolve_trace_path(file: str | Path, base_dir: str | Path | None = None) -> 
     others = [c for c in candidates if c.exists()]  # a device, a FIFO, a socket
     if others:
         raise TraceError(f"{file}: {others[0]} is not a regular file; expected a trace file")
-    raise TraceError(f"{file}: trace file not found (looked in "
+    beside = "" if path.is_absolute() else "next to the scenario file, then "
+    raise TraceError(f"{file}: trace file not found (looked {beside}in "
                      f"{', '.join(str(c) for c in dict.fromkeys(candidates))})")
