@@ -58,6 +58,7 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     frame = store.read()
     if status is not None:
         frame = frame[frame["status"] == status].reset_index(drop=True)
+    frame.attrs["source"] = str(root)  # later messages (a column not there) name it
     return frame
 
 

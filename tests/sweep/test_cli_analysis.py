@@ -82,6 +82,9 @@ def test_plot_timeline_from_a_run_directory(tmp_path, capsys):
 @pytest.mark.parametrize("args, expected", [
     (["plot", "{sweep}", "--kind", "line", "-x", "workload.m", "-y", "metrics.latncy_ps"],
      "did you mean 'metrics.latency_ps'"),
+    # the message names the sweep it looked in
+    (["plot", "{sweep}", "--kind", "line", "-x", "workload.m", "-y", "nothing_like_it"],
+     "{sweep}: no column 'nothing_like_it' in the table; its columns: point, status"),
     (["plot", "{sweep}", "--kind", "pie"], "unknown plot 'pie'"),
     (["plot", "{sweep}", "--kind", "heatmap", "-x", "workload.m"], "needs --y"),
     (["plot", "{sweep}", "--kind", "timeline"], "needs a run directory"),
@@ -97,6 +100,7 @@ def test_plot_timeline_from_a_run_directory(tmp_path, capsys):
 ])
 def test_user_errors_are_one_message_exit_2(swept, args, expected, capsys):
     args = [str(a).replace("{sweep}", str(swept)) for a in args]
+    expected = expected.replace("{sweep}", str(swept))
     code, _, err = cli(args, capsys)
     assert code == 2 and expected in err and "Traceback" not in err
 
