@@ -156,7 +156,7 @@ def run(
     trace.json, config.resolved.yaml and host.json (serving runs also requests.csv and
     iterations.csv)."""
     from npusim.api import simulate
-    from npusim.config.loader import load_scenario
+    from npusim.config.loader import OVERRIDE_NOTE, load_scenario
     from npusim.core.output_paths import check_not_inputs, check_output_dir, option_path
     from npusim.metrics.result import output_names
 
@@ -188,11 +188,13 @@ def run(
                     raise NpusimError(f"{scenario}: --trace: this scenario's workload has no "
                                       "trace (the option applies to serving workloads, kind: "
                                       "serving)") from None
-                if path == "run.mode" and mode is not None:
+                if path == "run.mode" and mode is not None:  # the option says where
+                    message = message.removesuffix(OVERRIDE_NOTE.format(f"run.mode={mode}"))
                     raise NpusimError(f"{scenario}: --mode: {message}") from None
             raise
         out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run
-        check_not_inputs(out_dir, output_names(), _input_files(config, scenario, hw))
+        check_not_inputs(out_dir, output_names(), _input_files(config, hw),
+                         option="--out" if out_path else "the default --out")
         try:
             result = _simulate_with_progress(simulate, config, quiet)
         except (MappingError, TraceError) as exc:  # valid config that cannot run: say which
@@ -221,19 +223,20 @@ def run(
     _guard(action)
 
 
-def _input_files(config, scenario: str, hw: str | None) -> dict[str, Path | None]:
-    """The files a run reads that could sit where it writes (a previous run's
-    config.resolved.yaml and requests.csv are a valid scenario and trace)."""
-    from npusim.config.presets import locate
+def _input_files(config, hw: str | None) -> dict[str, Path | None]:
+    """The data files a run reads that could sit where it writes: a previous run's
+    requests.csv is a valid trace, and replacing it would leave that directory's
+    config.resolved.yaml naming a trace whose rows changed.  (The scenario itself may be
+    replaced: config.resolved.yaml is rewritten with what this run resolved.)"""
+    from npusim.config.presets import REPO_ROOT
     from npusim.workload.trace_readers import resolve_trace_path
 
     trace_file = getattr(getattr(config.workload, "trace", None), "file", None)
-    try:
-        trace_path = resolve_trace_path(trace_file) if trace_file else None
+    try:  # found as the engine finds it (serving/engine.py)
+        trace_path = resolve_trace_path(trace_file, REPO_ROOT) if trace_file else None
     except TraceError:
         trace_path = None
-    return {"scenario": locate(scenario), "hardware file": Path(hw) if hw else None,
-            "trace": trace_path}
+    return {"hardware file": Path(hw) if hw else None, "trace": trace_path}
 
 
 def _warn_rejections(metrics: dict, out_dir: Path) -> None:

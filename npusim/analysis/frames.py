@@ -58,7 +58,7 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     frame = store.read()
     if status is not None:
         frame = frame[frame["status"] == status].reset_index(drop=True)
-    frame.attrs["source"] = str(root)  # later messages (a column not there) name it
+    frame.attrs["sweep_dir"] = str(root)  # later messages (a column not there) name it
     return frame
 
 
@@ -77,8 +77,11 @@ def _check_point_indices(store: Any) -> None:
 
 
 def _origin(frame: Any) -> str:
-    """``"FILE: "`` for a table read from a file (messages name it), else ``""``."""
-    source = getattr(frame, "attrs", {}).get("source")
+    """``"FILE: "`` for a table read from a file, ``"DIR: "`` for a sweep's results
+    (messages name them), else ``""``.  (``source`` is a CSV file only: other messages
+    give line numbers in it.)"""
+    attrs = getattr(frame, "attrs", {})
+    source = attrs.get("source") or attrs.get("sweep_dir")
     return f"{source}: " if source else ""
 
 

@@ -416,16 +416,21 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     try:
         return validate(scenario_model(), data, str(path))
     except ConfigError as exc:
+        exc = _with_override_notes(exc, overrides)
         # With --hw the hardware came from that file: blame it, with its own field paths.
         if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
-            raise _with_override_notes(exc, overrides) from None
+            raise exc from None
         raise ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems]) from None
 
 
+#: Appended to a problem at a field an override set (``--set``, ``--trace``, ...).
+OVERRIDE_NOTE = " (from the override {})"
+
+
 def _with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
-    """``exc`` with each problem at a field an override set marked ``(from the command
-    line: PATH=VALUE)``: the file is named as the scenario validated, but the bad value
-    is not in it."""
+    """``exc`` with each problem at a field an override set marked ``(from the override
+    PATH=VALUE)``: the file is named as the scenario validated, but the bad value is not
+    in it."""
     set_paths = []
     for text in overrides:
         try:
@@ -438,7 +443,7 @@ def _with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
     for problem_path, message in exc.problems:
         origin = [text for set_path, text in set_paths if problem_path == set_path
                   or problem_path.startswith((f"{set_path}.", f"{set_path}["))]
-        problems.append((problem_path, f"{message} (from the command line: {origin[-1]})"
+        problems.append((problem_path, f"{message}{OVERRIDE_NOTE.format(origin[-1])}"
                          if origin else message))
     return ConfigError(exc.source, problems)
 

@@ -104,7 +104,12 @@ def parse_yaml(text: str) -> Any:
             "hundred levels") from None
     _check_expanded_size(data)
     # rebuilt only when some text holds surrogates (a "\ud83d\ude00" pair as JSON writes it)
-    return data if unencodable_path(data) is None else join_surrogate_pairs(data)
+    if unencodable_path(data) is None:
+        return data
+    try:
+        return join_surrogate_pairs(data)
+    except ValueError as exc:  # two keys became one
+        raise yaml.constructor.ConstructorError(None, None, str(exc)) from None
 
 
 def _check_expanded_size(data: Any) -> None:

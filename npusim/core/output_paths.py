@@ -33,14 +33,15 @@ def option_path(value: str | None, option: str, expected: str) -> Path | None:
 def check_not_inputs(out_dir: Path, names: Iterable[str], inputs: Mapping[str, Path | None],
                      option: str = "--out") -> None:
     """Raise :class:`OutputError` if writing ``names`` into ``out_dir`` would replace one
-    of the run's ``inputs`` (``{what: path}``): a previous run's ``requests.csv`` reads as a
-    trace and its ``config.resolved.yaml`` as a scenario, so rerunning from them into the
-    same directory would destroy them."""
-    targets = {(out_dir / name).resolve(): name for name in names}
+    of the run's ``inputs`` (``{what: path}``; the same file, however it is named: links,
+    ``..``): a previous run's ``requests.csv`` reads as a trace, and rerunning from it
+    into the same directory would destroy it."""
+    targets = [(out_dir / name, name) for name in names]
     for what, path in inputs.items():
-        if path is None:
+        if path is None or not Path(path).is_file():
             continue
-        name = targets.get(Path(path).resolve())
+        name = next((name for target, name in targets
+                     if target.is_file() and os.path.samefile(target, path)), None)
         if name is not None:
             raise OutputError(f"{option} {out_dir}: would replace the {what} {path} (this run "
                               f"writes its {name} there); expected another output directory")

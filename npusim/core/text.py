@@ -30,7 +30,7 @@ def unencodable_path(value: Any, path: str = "") -> str | None:
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
             if isinstance(key, str) and not is_encodable(key):
-                return path or "<top level>"
+                return f"{path}.{ascii(key)}" if path else ascii(key)
             found = unencodable_path(item, here)
             if found is not None:
                 return found
@@ -55,7 +55,14 @@ def join_surrogate_pairs(value: Any) -> Any:
         except UnicodeDecodeError:  # a lone half
             return value
     if isinstance(value, dict):
-        return {join_surrogate_pairs(key): join_surrogate_pairs(item) for key, item in value.items()}
+        joined = {join_surrogate_pairs(key): join_surrogate_pairs(item)
+                  for key, item in value.items()}
+        if len(joined) < len(value):  # "\ud83d\ude00" and the character itself, both keys
+            twice = next(key for key in joined
+                         if sum(join_surrogate_pairs(k) == key for k in value) > 1)
+            raise ValueError(f"key {ascii(twice)} appears twice in one mapping (once "
+                             "written as an escaped surrogate pair); expected each key once")
+        return joined
     if isinstance(value, list):
         return [join_surrogate_pairs(item) for item in value]
     return value

@@ -227,13 +227,18 @@ class ResultStore:
         """Raise :class:`OutputError` when the directory holds another sweep's results: the
         new manifest would hide them from every reader.  The same sweep (by name) may
         come back to resume or to extend its points."""
-        manifest = self.manifest()
+        try:
+            manifest = self.manifest()
+        except StoreError:  # a damaged manifest: the run reports it, or rewrites it
+            return
         if manifest is None or manifest.get("sweep") in (None, name):
             return
         where = f"{option} {self.root}" if option else str(self.root)
         raise OutputError(f"{where}: holds the results of sweep {manifest['sweep']!r} "
                           f"({len(manifest['points'])} points); this spec is {name!r}; "
-                          "expected a new directory, or the same sweep to resume or extend")
+                          "expected a new directory, or the same sweep to resume or extend "
+                          f"(a spec without name: is named after its file: set name: "
+                          f"{manifest['sweep']} to continue that sweep)")
 
     def _make_dirs(self) -> None:
         try:

@@ -90,9 +90,12 @@ def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Ite
             if not isinstance(obj, dict):
                 raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
                                  "expected one JSON object per line")
-            bad = unencodable_path(obj)
+            # decoded UTF-8 holds no lone surrogate: only a "\u" escape can make one
+            bad = unencodable_path(obj) if "\\u" in line else None
             if bad is not None:  # "\ud800": refused here, not when requests.csv is written
-                raise TraceError(f"{source}:{number}: column {bad!r} {UNENCODABLE}")
+                # a key comes back quoted (ascii()), a value as its column's path
+                what = f"a column name ({bad})" if bad[:1] in "'\"" else f"column {bad!r}"
+                raise TraceError(f"{source}:{number}: {what} {UNENCODABLE}")
             yield Row(number, obj)
 
     return None, rows()

@@ -45,6 +45,13 @@ def test_a_surrogate_pair_is_the_character_it_encodes():
     assert parse_yaml('a: ["\\ud83d\\ude00", "\\ud800"]') == {"a": ["\U0001F600", "\ud800"]}
 
 
+def test_a_key_written_twice_once_as_an_escaped_pair_is_refused():
+    import yaml
+
+    with pytest.raises(yaml.YAMLError, match=r"key '\\U0001f600' appears twice"):
+        parse_yaml('a: {"\\ud83d\\ude00": 1, "\U0001F600": 2}')
+
+
 def test_a_lone_surrogate_in_a_jsonl_trace_names_line_and_column(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"id": "a", "arrival_ps": 0, "prompt_tokens": 10, "output_tokens": 5}\n'
@@ -53,6 +60,9 @@ def test_a_lone_surrogate_in_a_jsonl_trace_names_line_and_column(tmp_path, capsy
                             "--out", tmp_path / "out"], capsys)
     assert code == 2 and f"t.jsonl:2: column 'id' {UNENCODABLE}" in err
     assert not (tmp_path / "out").exists()
+    trace.write_text('{"\\udc80": 1, "arrival_ps": 0, "prompt_tokens": 10, "output_tokens": 5}\n')
+    code, _, err = run_cli(["run", FUSION, "--trace", trace, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and f"t.jsonl:1: a column name ('\\udc80') {UNENCODABLE}" in err
 
 
 def test_an_out_path_that_is_not_utf8_is_refused_before_the_run(tmp_path, capsys):
@@ -60,20 +70,26 @@ def test_an_out_path_that_is_not_utf8_is_refused_before_the_run(tmp_path, capsys
     assert code == 2 and "--out: the path" in err and "holds bytes that are not UTF-8" in err
 
 
-def test_a_run_does_not_overwrite_the_files_it_reads(tmp_path, capsys):
+def test_a_run_does_not_overwrite_the_trace_it_reads(tmp_path, capsys):
     out = tmp_path / "out"
     code, _, _ = run_cli(["run", FUSION, "--mode", "analytic", "--out", out, "-q",
                           "--set", "workload.trace.limit=3"], capsys)
     assert code == 0
-    before = {name: (out / name).read_bytes() for name in ("requests.csv", "config.resolved.yaml")}
-    # a previous run's requests.csv is a valid trace, its config.resolved.yaml a scenario
+    before = (out / "requests.csv").read_bytes()
+    # a previous run's requests.csv is a valid trace: replacing it would leave that
+    # directory's config naming a trace whose rows changed
     code, _, err = run_cli(["run", out / "config.resolved.yaml", "--trace", out / "requests.csv",
                             "--out", out, "-q"], capsys)
-    assert code == 2 and f"would replace the scenario {out / 'config.resolved.yaml'}" in err
-    code, _, err = run_cli(["run", FUSION, "--trace", out / "requests.csv", "--out", out], capsys)
-    assert code == 2 and f"would replace the trace {out / 'requests.csv'}" in err
-    assert {name: (out / name).read_bytes() for name in before} == before
-    # into another directory it is an ordinary rerun
+    assert code == 2 and f"--out {out}: would replace the trace {out / 'requests.csv'}" in err
+    linked = tmp_path / "elsewhere.csv"          # the same file under another name
+    linked.hardlink_to(out / "requests.csv")
+    code, _, err = run_cli(["run", FUSION, "--trace", linked, "--out", out, "-q"], capsys)
+    assert code == 2 and f"would replace the trace {linked}" in err
+    assert (out / "requests.csv").read_bytes() == before
+    # its config.resolved.yaml may be rerun in place (rewritten with what the run resolved)
+    code, _, _ = run_cli(["run", out / "config.resolved.yaml", "--out", out, "-q"], capsys)
+    assert code == 0 and (out / "requests.csv").read_bytes() == before
+    # and with the old trace into another directory it is an ordinary rerun
     code, _, _ = run_cli(["run", out / "config.resolved.yaml", "--trace", out / "requests.csv",
                           "--out", tmp_path / "again", "-q"], capsys)
     assert code == 0 and (tmp_path / "again" / "requests.csv").read_text().count("\n") == 4
@@ -106,11 +122,24 @@ def test_a_bad_override_is_said_to_come_from_the_command_line(tmp_path, capsys):
                             "--set", "workload.scheduler.max_batch_size=0"], capsys)
     assert code == 2 and "qwen3_4b_npu64_pd_fusion.yaml: invalid configuration (2 problems)" in err
     assert "workload.trace.limt: unknown key; did you mean 'limit'?" in err
-    assert "(from the command line: workload.trace.limt=5)" in err
-    assert "(got 0) (from the command line: workload.scheduler.max_batch_size=0)" in err
+    assert "(from the override workload.trace.limt=5)" in err
+    assert "(got 0) (from the override workload.scheduler.max_batch_size=0)" in err
     # a problem in the file itself gets no such note
     scenario = tmp_path / "s.yaml"
     scenario.write_text(FUSION.read_text().replace("kind: serving", "kind: serving\n  tp: 0", 1))
     code, _, err = run_cli(["run", scenario, "--out", tmp_path, "--set", "workload.trace.limit=5"],
                            capsys)
-    assert code == 2 and "from the command line" not in err
+    assert code == 2 and "from the override" not in err
+
+
+def test_the_override_note_follows_the_hardware_file_and_not_the_mode_option(tmp_path, capsys):
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("preset: npu/large_core_64\n")
+    code, _, err = run_cli(["run", FUSION, "--hw", hw, "--set", "hw.noc.width=-5",
+                            "--out", tmp_path], capsys)
+    assert code == 2 and f"{hw}: invalid configuration" in err
+    assert "noc.width: Input should be greater than or equal to 1 (got -5) (from the override " \
+           "hw.noc.width=-5)" in err
+    code, _, err = run_cli(["run", FUSION, "--mode", "bogus", "--out", tmp_path], capsys)
+    assert code == 2 and err.rstrip().endswith("--mode: Input should be 'tlm' or 'analytic' "
+                                               "(got 'bogus')")
