@@ -48,6 +48,10 @@ def run_cases(suite: str | None = None, ids: list[str] | None = None, fast: bool
     cases = select(suite, ids, fast)
     if report is not None:  # before the cases run, so a bad path costs nothing
         check_output_file(report, "--report")
+        if Path(report).suffix.lower() not in (".md", ".markdown", ".txt"):
+            # x.png would get Markdown text under an image's name
+            raise OutputError(f"--report {report}: the report is Markdown; expected a file "
+                              "name ending in .md")
     outcomes = []
     for case in cases:
         try:

@@ -176,6 +176,10 @@ def test_results_are_moved_in_whole_or_not_at_all(tmp_path, capsys):
 def test_validate_checks_the_report_path_and_refuses_an_empty_selection(tmp_path, capsys):
     code, _, err = run_cli(["validate", "--case", "C-SA-01", "--report", str(tmp_path)], capsys)
     assert code == 2 and "is a directory; expected a file name" in err
+    code, _, err = run_cli(["validate", "--case", "C-SA-01", "--report",
+                            str(tmp_path / "table.png")], capsys)
+    assert code == 2 and "the report is Markdown; expected a file name ending in .md" in err
+    assert not (tmp_path / "table.png").exists()
     from npusim.validation.cases import load_cases
 
     slow = next(c.id for c in load_cases() if c.slow)
