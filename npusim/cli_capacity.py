@@ -3,6 +3,7 @@ SLO (:mod:`npusim.sweep.capacity`); registered on the main app by :func:`registe
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -86,6 +87,11 @@ def capacity(
     _guard(action)
 
 
+def _ms(value: float, width: int) -> str:
+    """A latency column: ``-`` where no request finished (NaN), not ``nan``."""
+    return f"{'-':>{width}}   " if math.isnan(value) else f"{value:{width}.1f} ms"
+
+
 def _printer(quiet: bool):
     """One line per probe as it finishes (a probe is a whole simulation: seconds)."""
     if quiet:
@@ -96,7 +102,7 @@ def _printer(quiet: bool):
                    f"req/s  SLO met {100 * probe.slo_attainment:5.1f}% (TTFT "
                    f"{100 * probe.slo_attainment_ttft:5.1f}%, TBT "
                    f"{100 * probe.slo_attainment_tbt:5.1f}%)  TTFT p90 "
-                   f"{probe.ttft_ms_p90:8.1f} ms  TBT {probe.tbt_ms_mean:7.1f} ms  "
+                   f"{_ms(probe.ttft_ms_p90, 8)}  TBT {_ms(probe.tbt_ms_mean, 7)}  "
                    f"{'meets' if probe.meets_target else 'misses'}"
                    + (f"  ({probe.requests_rejected} rejected)" if probe.requests_rejected else ""))
     return show
