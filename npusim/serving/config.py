@@ -110,9 +110,9 @@ class PdConfig(NumbersNotBooleans):
                 group = (tp or self.tp) * dp
                 if cores < group:
                     raise ValueError(f"pd.{role}_cores = {cores} is fewer than {role} tp x dp = "
-                                     f"{group}: not one stage of every replica can form; expected "
-                                     f"at least {group} (a multiple of it), or a smaller {role} "
-                                     "tp x dp")
+                                     f"{group} (a stage of TP {tp or self.tp} in each of {dp} "
+                                     f"replica(s)); expected at least {group} (a multiple of "
+                                     f"it), or a smaller {role} tp x dp")
                 if cores % group:
                     below = cores - cores % group
                     nearest = f"{below} or {below + group}"

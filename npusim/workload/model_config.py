@@ -31,8 +31,8 @@ from pydantic import (AliasChoices, ConfigDict, Field, PrivateAttr,
 
 from npusim.core.errors import ConfigError
 from npusim.core.json_keys import DuplicateKeyError, unique_keys
-from npusim.core.text import UNENCODABLE, unencodable_path
 from npusim.core.registry import NumbersNotBooleans
+from npusim.core.text import UNENCODABLE, unencodable_path
 from npusim.workload.model_params import GATED_MLP_MATRICES, LayerParams, ParamCounts
 
 __all__ = ["GATED_MLP_MATRICES", "LayerParams", "ModelConfig", "list_models", "load_model",

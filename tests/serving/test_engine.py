@@ -313,8 +313,8 @@ def test_decode_core_variant_needs_disaggregation():
     ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"
                                      ": 5 core(s) would sit idle; expected a multiple of 7 (35 or 42)"),
     # fewer cores than one group: the nearest multiple is not 0 (which is refused too)
-    ("workload.pd.decode_tp=64", "pd.decode_cores = 21 is fewer than decode tp x dp = 64: not one "
-                                 "stage of every replica can form; expected at least 64"),
+    ("workload.pd.decode_tp=64", "pd.decode_cores = 21 is fewer than decode tp x dp = 64 (a stage "
+                                 "of TP 64 in each of 1 replica(s)); expected at least 64"),
     ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
     # fusion too: an explicit core count that leaves cores idle is an error, not rounded
     ("workload.pd={mode: fusion, cores: 50, tp: 4}",
