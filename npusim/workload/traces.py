@@ -341,6 +341,13 @@ def block_hashes_problem(hashes: Any, prompt_tokens: int, block_tokens: int | No
     return ""
 
 
-# The readers live in their own module; ``from npusim.workload.traces import read_trace``
-# stays the public spelling.
-from npusim.workload.trace_readers import read_trace, resolve_trace_path  # noqa: E402
+def __getattr__(name: str):
+    """The readers live in their own module, which imports this one;
+    ``from npusim.workload.traces import read_trace`` stays the public spelling, resolved
+    on first use so that importing ``npusim.workload.trace_readers`` first works too (an
+    import at the end of this module made that a circular import)."""
+    if name in ("read_trace", "resolve_trace_path"):
+        from npusim.workload import trace_readers
+
+        return getattr(trace_readers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

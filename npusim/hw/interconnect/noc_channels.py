@@ -84,3 +84,21 @@ class Packet:
         #: A packet train: ``(flits, payload, on_done)`` of each packet it stands for, in
         #: order (None: a single packet).  ``flits`` and ``payload`` are the sums.
         self.parts = parts
+
+
+def next_request(ch_in: Channel, v: int, earliest: int, nxt: int) -> int:
+    """``nxt`` lowered to when the packet now at the front of VC ``v`` of ``ch_in`` may
+    request (not before ``earliest``, the next cycle), after its predecessor was granted;
+    unchanged if the VC is empty or its previous tail is stuck (its release wakes us)."""
+    queue = ch_in.waiting[v]
+    if queue:
+        front_free = ch_in.front_free[v]
+        if front_free >= 0:
+            ready = queue[0].ready
+            if front_free > ready:
+                ready = front_free
+            if earliest > ready:
+                ready = earliest
+            if ready < nxt:
+                nxt = ready
+    return nxt

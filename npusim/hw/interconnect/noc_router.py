@@ -43,7 +43,8 @@ from heapq import heappush
 
 from simpy.events import NORMAL
 
-from npusim.hw.interconnect.noc_channels import INF, TRAIN_PACKETS, Channel, Packet
+from npusim.hw.interconnect.noc_channels import INF, TRAIN_PACKETS, Channel, Packet, next_request
+from npusim.hw.interconnect.noc_single import allocate_single
 
 if TYPE_CHECKING:
     from npusim.hw.interconnect.noc import MeshNoc
@@ -376,24 +377,6 @@ class Router:
                 out.receiver.poke(ready if ready > front_free else front_free)  # type: ignore[union-attr]
 
 
-def next_request(ch_in: Channel, v: int, earliest: int, nxt: int) -> int:
-    """``nxt`` lowered to when the packet now at the front of VC ``v`` of ``ch_in`` may
-    request (not before ``earliest``, the next cycle), after its predecessor was granted;
-    unchanged if the VC is empty or its previous tail is stuck (its release wakes us)."""
-    queue = ch_in.waiting[v]
-    if queue:
-        front_free = ch_in.front_free[v]
-        if front_free >= 0:
-            ready = queue[0].ready
-            if front_free > ready:
-                ready = front_free
-            if earliest > ready:
-                ready = earliest
-            if ready < nxt:
-                nxt = ready
-    return nxt
-
-
 def _split(train: Packet) -> Packet:
     """Cut ``train``'s first packet off as a packet of its own, which takes over the VC
     the train was just allocated on its next channel; the rest of the train stays at
@@ -439,7 +422,3 @@ def _couple(packet: Packet, queue: deque[Packet]) -> int:
         packet.flits += other.flits
         packet.payload += other.payload
     return 1 if parts is None else len(parts)
-
-
-# At the end: noc_single imports INF from this module.
-from npusim.hw.interconnect.noc_single import allocate_single  # noqa: E402

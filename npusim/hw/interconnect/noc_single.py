@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from npusim.hw.interconnect.noc_router import INF, next_request
+from npusim.hw.interconnect.noc_channels import INF, next_request
 
 if TYPE_CHECKING:
     from npusim.hw.interconnect.noc_router import Router
