@@ -147,7 +147,8 @@ class SweepSpec:
                                              "needs a serving workload at every point")])
             except ConfigError as exc:
                 if self.on_invalid != "skip":
-                    problems += [(f"point {index} ({label}): {p}", m) for p, m in exc.problems]
+                    problems += [(f"point {index} ({label}): {p}", self._derived_note(p, m))
+                                 for p, m in exc.problems]
                     continue
                 skip = "invalid config: " + "; ".join(f"{p}: {m}" for p, m in exc.problems)
             digest = config_hash(config if config is not None else raw)
@@ -164,6 +165,21 @@ class SweepSpec:
             raise ConfigError(self.source, problems[:20] + (
                 [("", f"... and {len(problems) - 20} more")] if len(problems) > 20 else []))
         return points
+
+    def _derived_note(self, path: str, message: str) -> str:
+        """``message`` about a config field, with where a derived value came from: a
+        template that does not parse as an expression is substituted as text (for
+        ``"${mib}MiB"``), so a typo in an expression surfaces as a bad field value."""
+        template = self.derived.get(path)
+        if not isinstance(template, str):
+            return message
+        try:
+            expr.parse(template)
+        except expr.ExprError as exc:
+            if exc.syntax:
+                return (f"{message} (derived.{path} = {template!r} did not parse: {exc}; "
+                        "so it was substituted as text)")
+        return f"{message} (from derived.{path} = {template!r})"
 
     def _overrides(self, params: Mapping[str, Any]) -> list[str]:
         return list(self.set) + [format_override(p, v) for p, v in params.items()]

@@ -211,3 +211,18 @@ def test_an_empty_spec_or_a_sweep_as_base_says_what_was_expected(tmp_path):
     assert info.value.problems == [("base", f"got '{grid}': {grid} is a sweep spec (it has "
                                             "axes:); expected a scenario (hw:, workload:), such "
                                             "as that spec's own base")]
+
+
+def test_a_derived_typo_is_traced_back_to_its_template():
+    spec = spec_from_dict({
+        "base": "scenarios/qwen3_4b_npu64_pd_disagg.yaml",
+        "axes": [{"grid": {"workload.pd.prefill_cores": [42]}}],
+        "derived": {"workload.pd.decode_cores": "${workload.pd.prefill_cores} // "}},
+        root=REPO_ROOT / "workloads")
+    with pytest.raises(ConfigError) as info:
+        spec.points()
+    (where, message), = info.value.problems
+    assert where == "point 0 (workload.pd.prefill_cores=42): workload.pd.decode_cores"
+    assert message.endswith("(got '42 // ') (derived.workload.pd.decode_cores = "
+                            "'${workload.pd.prefill_cores} // ' did not parse: not a valid "
+                            "expression: invalid syntax; so it was substituted as text)")
