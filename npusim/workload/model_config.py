@@ -342,11 +342,19 @@ def _problems_of(exc: ValidationError) -> list[tuple[str, str]]:
         path = ""
         for part in error["loc"]:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        given = error.get("input")
         if error["type"] == "missing":
             message = "required field is missing (every Hugging Face config.json of a " \
                       "decoder-only LLM has it)"
+        elif isinstance(given, dict):
+            # a check across the whole config names its field and value itself; echoing
+            # the config would bury it.  "KEY: ..." is reported at that key.
+            message = error["msg"].removeprefix("Value error, ")
+            key, _, rest = message.partition(": ")
+            if rest and key in given:
+                path, message = (f"{path}.{key}" if path else key), rest
         else:
-            message = f"{error['msg']} (got {_describe(error.get('input'))})"
+            message = f"{error['msg'].removeprefix('Value error, ')} (got {_describe(given)})"
         problems.append((path, message))
     return problems
 

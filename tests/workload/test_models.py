@@ -159,6 +159,12 @@ def test_moe_consistency_problems_are_all_reported():
         parse_model({**_base(), "num_experts": 8}, "inline")
 
 
+def test_a_field_checked_across_the_config_is_named_without_echoing_the_config():
+    with pytest.raises(ConfigError) as info:
+        parse_model({**_base(), "num_hidden_layers": True}, "inline")
+    assert info.value.problems == [("num_hidden_layers", "expected a number, got the boolean True")]
+
+
 def test_defaults_follow_hugging_face():
     data = {**_base()}
     del data["head_dim"], data["num_key_value_heads"]
