@@ -116,7 +116,7 @@ def apply_override(data: dict, parts: list[str | int], value: Any, text: str) ->
             node = node[part]
         else:
             if not isinstance(node, dict):
-                raise ConfigError("--set", [(where, f"cannot descend into a {type(node).__name__} (in {text!r})")])
+                raise ConfigError("--set", [(where, _not_a_mapping(parts[:depth], node, text))])
             node = node.setdefault(part, {})
     last = parts[-1]
     if isinstance(last, int):
@@ -133,7 +133,14 @@ def apply_override(data: dict, parts: list[str | int], value: Any, text: str) ->
         else:
             node[last] = value
     else:
-        raise ConfigError("--set", [(_format_path(parts), f"cannot set a key on a {type(node).__name__}")])
+        raise ConfigError("--set", [(_format_path(parts), _not_a_mapping(parts[:-1], node, text))])
+
+
+def _not_a_mapping(parent: list[str | int], node: Any, text: str) -> str:
+    """Why an override cannot set a key under ``parent``: the scenario holds a value there."""
+    where = _format_path(parent) or "the top level"
+    return (f"cannot set {text!r}: {where} is {_describe_input(node)} in the scenario, not a "
+            f"mapping; expected {where} to be a section (a mapping of keys)")
 
 
 def _format_path(parts: Iterable[str | int]) -> str:

@@ -143,3 +143,12 @@ def test_the_override_note_follows_the_hardware_file_and_not_the_mode_option(tmp
     code, _, err = run_cli(["run", FUSION, "--mode", "bogus", "--out", tmp_path], capsys)
     assert code == 2 and err.rstrip().endswith("--mode: Input should be 'tlm' or 'analytic' "
                                                "(got 'bogus')")
+
+
+def test_an_override_under_a_value_says_what_the_scenario_holds_there(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: x\nhw: {preset: npu/large_core_64}\nworkload: 5\n")
+    code, _, err = run_cli(["run", scenario, "--set", "workload.trace.limit=3",
+                            "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "workload.trace: cannot set 'workload.trace.limit=3': workload is 5 " \
+                         "in the scenario, not a mapping" in err
