@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
-                               trace_option, trace_override)
+                               trace_option, trace_override, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.console import console
 from npusim.core.json_keys import natural_key
@@ -145,10 +145,12 @@ def run(
     model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
                                         help="LLM workloads: model name or config.json."),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", metavar="TOKENS",
+                                             parser=whole_number,
                                              help="LLM workloads: prompt tokens."),
     output_len: Optional[int] = typer.Option(None, "--output-len", metavar="TOKENS",
+                                             parser=whole_number,
                                              help="LLM workloads: generated tokens."),
-    batch: Optional[int] = typer.Option(None, "--batch", metavar="N",
+    batch: Optional[int] = typer.Option(None, "--batch", metavar="N", parser=whole_number,
                                         help="LLM workloads: fixed batch size."),
     trace: Optional[str] = trace_option(),
 ) -> None:

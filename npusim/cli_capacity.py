@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
-                               trace_option, trace_override)
+                               trace_option, trace_override, real_number,
+                               whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.sweep.capacity import DEFAULTS
 
@@ -24,13 +25,16 @@ def capacity(
     mode: Optional[str] = mode_option(),
     trace: Optional[str] = trace_option(),
     attainment: float = typer.Option(DEFAULTS["attainment"], "--attainment", metavar="SHARE",
+                                     parser=real_number,
                                      help="Share of requests that must meet workload.slo."),
     tolerance: float = typer.Option(DEFAULTS["tolerance"], "--tolerance", metavar="REL",
+                                    parser=real_number,
                                     help="Stop when the meeting and missing rates are this "
                                     "close (relative)."),
     max_probes: int = typer.Option(DEFAULTS["max_probes"], "--max-probes", metavar="N",
+                                   parser=whole_number,
                                    help="At most this many probes."),
-    seeds: int = typer.Option(DEFAULTS["seeds"], "--seeds", metavar="N",
+    seeds: int = typer.Option(DEFAULTS["seeds"], "--seeds", metavar="N", parser=whole_number,
                               help="Replays per probe of a generated trace, each with the "
                               "next seed, pooled (steadier on short traces)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",

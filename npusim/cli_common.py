@@ -11,7 +11,29 @@ from typer.core import TyperCommand
 from npusim.core.errors import NpusimError
 
 __all__ = ["guard", "OnceOptionsCommand", "hw_option", "set_option", "mode_option",
-           "trace_option", "trace_override"]
+           "trace_option", "trace_override", "whole_number", "real_number"]
+
+
+def whole_number(text: Any) -> int:
+    """Parser for an integer option whose error shows the value given (typer's own
+    message, "unable to parse string as an integer", does not)."""
+    if isinstance(text, int):
+        return text
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise typer.BadParameter(f"got {text!r}; expected a whole number, e.g. 4") from None
+
+
+def real_number(text: Any) -> float:
+    """Parser for a number option whose error shows the value given; range checks stay
+    with the command, which names what the number means."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise typer.BadParameter(f"got {text!r}; expected a number, e.g. 0.9") from None
 
 
 def hw_option() -> Any:

@@ -11,7 +11,7 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand, mode_option, set_option
+from npusim.cli_common import OnceOptionsCommand, mode_option, set_option, whole_number
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
@@ -51,7 +51,8 @@ def sweep(
                                        "(default out/sweeps/<name>); re-running resumes."),
     executor: str = typer.Option("local", "--executor", metavar="local|dask|serial",
                                  help="local (processes), dask, or serial."),
-    workers: Optional[int] = typer.Option(None, "--workers", metavar="N", help="Worker processes "
+    workers: Optional[int] = typer.Option(None, "--workers", metavar="N",
+                                          parser=whole_number, help="Worker processes "
                                           "(default: number of CPUs; never more than the "
                                           "points to run; at most 4 per CPU)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="ADDRESS",
@@ -142,7 +143,7 @@ def plot(
                                       help="line: one line per value; "
                                       "cdf: one curve per value."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
-    bins: int = typer.Option(100, "--bins", metavar="N", help="timeline: number of time bins "
+    bins: int = typer.Option(100, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
                              "(1 to 100,000)."),
     logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="FILE",

@@ -149,6 +149,24 @@ def test_a_single_valued_option_given_twice_is_refused(args, option, tmp_path, c
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("args, shown", [
+    (["sweep", "spec.yaml", "--workers", "abc"], "'--workers': got 'abc'; expected a whole number"),
+    (["plot", "somewhere", "-k", "timeline", "--bins", "1e3"], "'--bins': got '1e3'"),
+    (["run", str(QUICKSTART), "--batch", "two"], "'--batch': got 'two'"),
+    (["run", str(QUICKSTART), "--prompt-len", "1.5"], "'--prompt-len': got '1.5'"),
+    (["capacity", str(FUSION), "--attainment", "most"], "'--attainment': got 'most'; expected a "
+                                                        "number"),
+    (["capacity", str(FUSION), "--seeds", "three"], "'--seeds': got 'three'"),
+])
+def test_a_numeric_option_that_does_not_parse_shows_the_value(args, shown, tmp_path, capsys,
+                                                               monkeypatch):
+    # typer's own message ("unable to parse string as an integer") did not show the value
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and shown in " ".join(err.replace("│", " ").split()), err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_repeatable_options_flags_and_option_like_values_are_not_repeats(tmp_path, capsys):
     code, _, err = run_cli(["run", str(QUICKSTART), "-q", "--quiet", "--set", "workload.m=64",
                             "--set", "workload.n=64", "--out", str(tmp_path), "--mode", "analytic"],
