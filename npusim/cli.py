@@ -132,7 +132,8 @@ def _simulate_with_progress(simulate, config, quiet: bool):
         return simulate(config, progress=progress)
 
 
-@app.command(cls=OnceOptionsCommand)
+@app.command(cls=OnceOptionsCommand,
+             short_help="Simulate one scenario; write its metrics, tables and trace.")
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO",
                                     help="Scenario YAML (hardware + workload + run)."),
@@ -299,7 +300,8 @@ def _list_everything(out) -> None:
     out.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
 
 
-@app.command(cls=OnceOptionsCommand)
+@app.command(cls=OnceOptionsCommand,
+             short_help="Run reference cases: simulated vs reference vs error.")
 def validate(
     suite: Optional[str] = typer.Option(None, "--suite", metavar="NAME",
                                         help="Only cases of this suite."),

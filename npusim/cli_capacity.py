@@ -129,4 +129,5 @@ def _write_partial(probes: list, out_dir: Path) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the ``capacity`` command to ``app``."""
-    app.command("capacity", cls=OnceOptionsCommand)(capacity)
+    app.command("capacity", cls=OnceOptionsCommand,
+                short_help="Find the highest request rate that meets the SLO.")(capacity)

@@ -220,8 +220,10 @@ def plot(
 
 def register(app: typer.Typer) -> None:
     """Add the ``sweep`` and ``plot`` commands to ``app``."""
-    app.command("sweep", cls=OnceOptionsCommand)(sweep)
-    app.command("plot", cls=OnceOptionsCommand)(plot)
+    app.command("sweep", cls=OnceOptionsCommand,
+                short_help="Run every point of a sweep; one Parquet row per point.")(sweep)
+    app.command("plot", cls=OnceOptionsCommand,
+                short_help="Plot a sweep, a run or a capacity search to PNG, SVG or PDF.")(plot)
 
 
 def _default_figure_name(kind: str, x: Optional[str], y: Optional[str],

@@ -233,3 +233,17 @@ def test_list_shows_what_ships_models_scenarios_sweeps_and_traces(capsys):
                    "workloads/sweeps/quickstart_grid.yaml", "traces/ratio_1_1_32.csv",
                    "hardware presets", "component benches"):
         assert needle in flat, needle
+
+
+def test_every_command_has_a_one_line_summary_for_the_command_list():
+    # `npusim --help` lists the commands with their summaries; a docstring's first
+    # paragraph wrapped over three lines there (run, plot, capacity)
+    import typer.main
+
+    from npusim.cli import app
+
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        summary = command.short_help or (command.help or "").split("\n\n")[0]
+        summary = " ".join(summary.split())
+        assert summary and len(summary) <= 66, (name, summary)
