@@ -6,7 +6,9 @@ transfer takes its closed-form pipelined time (bottleneck stage + fill), and eve
 memory it touches and every NoC link on its route serves its bytes first-come-first-
 served (a stream queued behind another finishes later), so bandwidth is shared; what the analytic level leaves out is how
 concurrent streams interleave inside a memory or a router (bank conflicts, row
-misses between streams, arbitration), which the tlm level adds.  On an uncontended
+misses between streams, arbitration), which the tlm level adds.  A compute op on a core
+whose scratchpad port is shared (``hw.core.sram.shared_port``) also holds that port for
+its operand bytes, as one more first-come-first-served server.  On an uncontended
 graph the two agree closely, and that agreement is tested.
 """
 
@@ -19,7 +21,7 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, not_
 
 from npusim.executor.base import (SRAM_OPERAND_READ, SRAM_OPERAND_WRITTEN, SegmentRun,
-                                  host_resource, operand_sram_bytes)
+                                  host_resource, operand_port_busy, operand_sram_bytes)
 from npusim.hw.devices.base import Device
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 
@@ -55,7 +57,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     pop, push = heapq.heappop, heapq.heappush
     # Counters are added once per distinct (unit, op) and per distinct transfer shape at
     # the end rather than per task: integer sums, so the totals are the same.
-    # ``computes[(unit, id(op))] = [duration, occurrences, unit, op]``: equal ops are
+    # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port]`` (``port``:
+    # ``(name, busy ps)`` on a shared scratchpad port, else None): equal ops are
     # shared between tasks by the lowerings, so the closed-form time is looked up once.
     computes: dict[tuple[str, int], list] = {}
     compute_get = computes.get
@@ -78,12 +81,33 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             entry = compute_get(key)
             if entry is None:
                 op = task.op
-                entry = computes[key] = [device.compute_unit(unit).op_time_ps(op), 0, unit, op]
-            entry[1] += 1
+                port = operand_port_busy(device, unit, op)
+                entry = computes[key] = [device.compute_unit(unit).op_time_ps(op), 0, unit, op,
+                                         port and (port[0], port[2])]
             duration = entry[0]
             start = free_get(unit, 0)
             if start < ready:
                 start = ready
+            port = entry[4]
+            if port is not None:
+                if start > ready:
+                    # Its unit is busy: come back when the unit is free and claim the port
+                    # then, as the tlm level asks for it.  Claimed now, the port would be
+                    # booked ahead of transfers that become ready before the op starts.
+                    ready_at[task_id] = start
+                    push(heap, start * count + task_id)
+                    continue
+                # A shared scratchpad port: the operands queue behind earlier transfers
+                # on it, and the op ends when both it and its operands are done.
+                name, busy = port
+                served = free_get(name, 0)
+                if served < start:
+                    served = start
+                served += busy
+                unit_free[name] = served
+                if served - start > duration:
+                    duration = served - start
+            entry[1] += 1
             unit_free[unit] = start + duration
         elif kind is TransferTask:
             # The device's cache of closed forms, looked up here without a method call
@@ -130,7 +154,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if not waiting[successor]:
                 push(heap, ready_at[successor] * count + successor)
     busy: dict[str, int] = {}
-    for duration, occurrences, _, op in computes.values():
+    for duration, occurrences, _, op, _ in computes.values():
         name = op.name or op.kind
         busy[name] = busy.get(name, 0) + duration * occurrences
     if transfers:
@@ -158,7 +182,7 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
     hop_bytes: dict[str, int] = {}  # only parts whose stages have a known hop count
     operands: dict[str, list[int]] = {}  # unit -> [bytes read, bytes written]
     parts = device.parts
-    for duration, occurrences, unit, op in computes.values():
+    for duration, occurrences, unit, op, _ in computes.values():
         row = counts.get(unit)
         if row is None:
             row = counts[unit] = [0] * 6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 from dataclasses import dataclass, field
 
 from npusim.hw.devices.base import Device
@@ -69,6 +70,19 @@ def operand_sram_bytes(unit, op) -> tuple[int, int]:
     (a roofline unit has no dataflow to derive them from)."""
     counts = getattr(unit, "operand_bytes", None)
     return counts(op) if counts is not None else (0, 0)
+
+
+def operand_port_busy(device: Device, unit: str, op) -> tuple[str, Any, int] | None:
+    """``(port name, memory, busy ps)`` when ``unit`` shares its scratchpad's port with
+    transfers (:meth:`Device.operand_port`) and ``op`` moves operands through it, else
+    ``None``: the executor holds that port for ``busy`` ps from the op's start, so
+    transfers queue behind the op's operands and the op behind earlier transfers."""
+    port = device.operand_port(unit)
+    if port is None:
+        return None
+    read, written = operand_sram_bytes(device.parts[unit], op)
+    busy = port[1].port_time_ps(read + written)
+    return (port[0], port[1], busy) if busy else None
 
 
 def account_compute(device: Device, task: ComputeTask, duration_ps: int) -> None:

@@ -76,6 +76,8 @@ class Device:
         #: Unit names and routes already checked by ``prepare`` (checked once per device).
         self.checked_names: set = set()
         self._part_names: dict[int, str] = {}
+        #: :meth:`operand_port` answers by unit name.
+        self._operand_ports: dict[str, tuple[str, Any] | None] = {}
 
     # -- construction helpers ------------------------------------------------------
     def add_part(self, name: str, part: Component) -> Component:
@@ -95,6 +97,7 @@ class Device:
         self._part_names[id(part)] = name
         self._stage_times.clear()
         self.analytic_cache.clear()
+        self._operand_ports.clear()
         part.validate()
         return part
 
@@ -120,6 +123,20 @@ class Device:
             raise MappingError(f"{name!r} is a {type(part).__name__}, not a compute unit; "
                                f"expected a compute unit such as {self.example_compute_units()}")
         return part
+
+    def operand_port(self, unit: str) -> tuple[str, Any] | None:
+        """``(name, memory)`` whose port compute unit ``unit`` shares with transfers
+        for its operands (an SRAM with ``shared_port``), or ``None`` when its operands
+        have a port of their own.  Executors hold that port for the op's operand bytes
+        (:meth:`Sram.port_time_ps <npusim.hw.memory.sram.Sram.port_time_ps>`)."""
+        cached = self._operand_ports.get(unit, False)
+        if cached is False:
+            cached = self._operand_ports[unit] = self._find_operand_port(unit)
+        return cached
+
+    def _find_operand_port(self, unit: str) -> tuple[str, Any] | None:
+        """Device-specific lookup behind :meth:`operand_port` (default: none shared)."""
+        return None
 
     def example_compute_units(self) -> str:
         names = list(self.compute_units())

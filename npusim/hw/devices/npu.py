@@ -188,6 +188,15 @@ class NpuDevice(Device):
                     for core in cores}
         return {core: core - shift for core in cores}
 
+    def _find_operand_port(self, unit: str):
+        # A core's array and vector unit take their operands from that core's SRAM.
+        core, _, _ = unit.partition(".")
+        name = f"{core}.sram"
+        sram = self.parts.get(name)
+        if sram is not None and getattr(sram.config, "shared_port", False):
+            return name, sram
+        return None
+
     def _memory(self, core: int, level: str):
         return self.parts["host.dram" if level == "host" else f"core{core}.{level}"]
 

@@ -29,6 +29,12 @@ holding the banks).  One SimPy timeout per transaction; the four phases are:
   + access latency.
 
 Uncontended, a sequence of transactions matches the closed form (same bank shares).
+
+**Shared port** (``shared_port``, off by default): the core's systolic array and vector
+unit take their operands through this port too.  The executors hold it for an op's
+operand bytes at the full width (:meth:`Sram.port_time_ps`): the analytic level as one
+more first-come-first-served booking when the op starts, the tlm level in pieces over
+the op's compute time (:meth:`Sram.occupy_port`), so transfers interleave with them.
 """
 
 from __future__ import annotations
@@ -63,6 +69,14 @@ class SramConfig(PartConfig):
     access_latency_cycles: int = Field(
         2, ge=0, description="Cycles from request to first data, pipelined (assumption: 2, "
                              "a typical single-ported SRAM macro plus bank mux).")
+    shared_port: bool = Field(
+        False, description="True: the core's systolic array and vector unit move their "
+                           "operands through the same bytes_per_cycle as the DMA, so compute "
+                           "and transfers on one core queue for it and an op takes at least "
+                           "its operand bytes / bytes_per_cycle. False (default; assumption, "
+                           "NpuSim does not say): the compute units have ports of their own "
+                           "(a scratchpad banked between compute and DMA), and only "
+                           "transfers use this one.")
 
 
 def bank_bytes(addr: int, size: int, banks: int, interleave: int) -> list[int]:
@@ -172,6 +186,37 @@ class Sram(MemoryTarget):
         time) and return END_RESP.  The DMA workers' fast path (one call per chunk)."""
         return self._book(addr, size, is_write, now)[1] + self._latency_ps
 
+    def occupy_port(self, busy_ps: int, now: int) -> int:
+        """Hold every bank for ``busy_ps`` (> 0) from ``now`` or when each is free, for a
+        compute unit's operands on a shared port (``shared_port``); return when the last
+        bank is done.  Counts nothing: the unit counts its operand bytes."""
+        return self._book_every_bank(busy_ps, now)[1]
+
+    def port_time_ps(self, size_bytes: int) -> int:
+        """Time ``size_bytes`` of operand traffic holds the whole port (every bank at its
+        share, no access latency: operands stream)."""
+        if size_bytes <= 0:
+            return 0
+        return cycles_to_ps(-(-size_bytes // self.config.bytes_per_cycle), self.config.freq_hz)
+
+    def _book_every_bank(self, busy: int, now: int) -> tuple[int, int]:
+        """Reserve each bank for ``busy`` ps from ``max(now, its free time)``; returns
+        (first bank's start, last bank's end)."""
+        all_free = self._all_free_ps
+        if all_free is not None:
+            # All banks are free at the same time: the per-bank reservation, done once.
+            first_start = all_free if all_free > now else now
+            last_end = self._all_free_ps = first_start + busy
+            return first_start, last_end
+        free = self._bank_free_ps
+        starts = [start if start > now else now for start in free]
+        first_start = min(starts)
+        last_end = max(starts) + busy
+        free[:] = [start + busy for start in starts]
+        if first_start + busy == last_end:  # all banks in step again
+            self._all_free_ps = last_end
+        return first_start, last_end
+
     def _book(self, addr: int, size: int, is_write: bool, now: int) -> tuple[int, int]:
         """Reserve the touched banks (``size`` > 0) and count the transaction; returns
         (first bank's start, last bank's end) in ps."""
@@ -182,25 +227,13 @@ class Sram(MemoryTarget):
         if shares is None:
             shares = self._shares[key] = self._bank_busy(key[0], size)
         uniform, touched = shares
-        free = self._bank_free_ps
-        all_free = self._all_free_ps
-        if uniform and all_free is not None:
-            # Every bank gets the same share and all are free at the same time: the
-            # per-bank reservation below, done once for all banks.
+        if uniform:
+            # Every bank gets the same share (whole interleave rounds, the common DMA chunk).
             service = uniform
-            first_start = all_free if all_free > now else now
-            last_end = self._all_free_ps = first_start + uniform
-        elif uniform:
-            # Every bank gets the same share (whole interleave rounds, the common DMA
-            # chunk): the same per-bank reservation as below, as list operations.
-            service = uniform
-            starts = [start if start > now else now for start in free]
-            first_start = min(starts)
-            last_end = max(starts) + uniform
-            free[:] = [start + uniform for start in starts]
-            if first_start + uniform == last_end:  # all banks in step again
-                self._all_free_ps = last_end
+            first_start, last_end = self._book_every_bank(uniform, now)
         else:
+            free = self._bank_free_ps
+            all_free = self._all_free_ps
             if all_free is not None:
                 free[:] = [all_free] * len(free)
                 self._all_free_ps = None

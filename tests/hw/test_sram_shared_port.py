@@ -1,0 +1,121 @@
+"""A scratchpad port shared by a core's compute units and its DMA (``hw.core.sram.shared_port``):
+without it (the default) a GEMM and a transfer into the same SRAM overlap; with it they
+queue for one port of ``bytes_per_cycle``, in both fidelities."""
+
+from __future__ import annotations
+
+import pytest
+
+from npusim.api import build_device
+from npusim.config.loader import scenario_from_dict
+from npusim.executor.analytic import run_analytic
+from npusim.executor.base import prepare
+from npusim.executor.tlm import run_tlm
+from npusim.mapping.taskgraph import Op, TaskGraph
+
+pytestmark = pytest.mark.component
+
+# 512 x 1024 x 1024 FP16 on a 128 x 128 weight-stationary array: 98.3 us of folds, and
+# 25 MiB of operands (8 row folds: partial sums read back), 102.4 us at 512 B/cycle.
+GEMM = dict(m=512, k=1024, n=1024, dtype_bytes=2)
+DMA_BYTES = 4 << 20  # HBM -> SRAM, about 45.7 us (HBM-bound), 16.4 us of the SRAM port
+
+
+def npu(shared: bool):
+    scenario = scenario_from_dict({
+        "name": "t", "hw": {"preset": "npu/large_core_64", "core": {"sram": {"shared_port": shared}}},
+        "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
+    return build_device(scenario.hw)
+
+
+def graph(device, gemm: bool = True, dma: bool = True) -> TaskGraph:
+    built = TaskGraph()
+    if gemm:
+        built.compute("core5.sa", Op("gemm", **GEMM))
+    if dma:
+        built.transfer("core5.hbm", "core5.sram", DMA_BYTES, chunk_bytes=64 << 10)
+    return prepare(built, device)
+
+
+def makespans(device, **parts) -> tuple[int, int]:
+    return (run_analytic(graph(device, **parts), device).makespan_ps,
+            run_tlm(graph(device, **parts), device).makespan_ps)
+
+
+def test_the_default_gives_compute_its_own_port_so_gemm_and_dma_overlap():
+    device = npu(False)
+    assert device.operand_port("core5.sa") is None
+    gemm = device.parts["core5.sa"].op_time_ps(Op("gemm", **GEMM))
+    for fidelity in range(2):
+        alone = makespans(device, gemm=False)[fidelity]
+        assert alone < gemm
+        assert makespans(device)[fidelity] == gemm  # the transfer hides under the GEMM
+
+
+def test_a_shared_port_makes_the_gemm_and_the_dma_queue_for_it():
+    device = npu(True)
+    name, sram = device.operand_port("core5.sa")
+    assert name == "core5.sram" and device.operand_port("core5.vec")[0] == "core5.sram"
+    read, written = device.parts["core5.sa"].operand_bytes(Op("gemm", **GEMM))
+    operands = sram.port_time_ps(read + written)
+    dma_port = sram.port_time_ps(DMA_BYTES)
+    gemm = device.parts["core5.sa"].op_time_ps(Op("gemm", **GEMM))
+    assert operands > gemm  # this GEMM needs more than 512 B a cycle: the port bounds it
+    assert makespans(device, dma=False) == (operands, operands)
+    analytic, tlm = makespans(device)
+    # one port carries both streams: at least the sum of their port times
+    assert analytic >= operands + dma_port and tlm >= operands + dma_port
+    # the array asks for its operands in pieces, so the DMA interleaves with them in tlm
+    # rather than waiting for the whole GEMM (which would take operands + 45.7 us)
+    assert tlm < operands + makespans(device, gemm=False)[1] * 0.5
+    assert abs(tlm - analytic) / analytic < 0.05, (tlm, analytic)
+    # and a shared port is never faster than separate ones
+    assert min(analytic, tlm) > max(makespans(npu(False)))
+
+
+def test_vector_ops_share_the_port_too():
+    device = npu(True)
+    op = Op("elementwise", elements=4 << 20, inputs=2, flops_per_element=1, dtype_bytes=2)
+    vector = device.parts["core5.vec"]
+    built = TaskGraph()
+    built.compute("core5.vec", op)
+    built.transfer("core5.hbm", "core5.sram", DMA_BYTES, chunk_bytes=64 << 10)
+    alone = vector.op_time_ps(op)
+    for run in (run_analytic, run_tlm):
+        assert run(prepare(built, device), device).makespan_ps > alone + 0.9 * (
+            device.parts["core5.sram"].port_time_ps(DMA_BYTES))
+
+
+def test_a_heterogeneous_core_keeps_its_own_sram_setting():
+    device = npu(True)
+    from npusim.hw.memory.sram import Sram
+
+    assert device.operand_port("core7.sa")[0] == "core7.sram"  # (cached, then dropped)
+    own = device.parts["core7.sram"].config.model_copy(update={"shared_port": False})
+    device.replace_part("core7.sram", Sram("core7.sram", own))
+    assert device.operand_port("core7.sa") is None
+    assert device.operand_port("core6.sa")[0] == "core6.sram"
+
+
+def test_ops_queued_on_a_busy_unit_do_not_book_the_port_ahead_of_a_transfer():
+    # Three GEMMs ready at once on core 5's array, and a load into core 5's SRAM after the
+    # first: the later GEMMs ask for the port only when the array takes them, so the
+    # load shares the port with the second rather than waiting behind the second and third.
+    device = npu(True)
+    built = TaskGraph()
+    first = built.compute("core5.sa", Op("gemm", **GEMM))
+    load = built.transfer("core5.hbm", "core5.sram", DMA_BYTES, chunk_bytes=64 << 10,
+                          deps=[first])
+    for _ in range(2):
+        built.compute("core5.sa", Op("gemm", **GEMM))
+    read, written = device.parts["core5.sa"].operand_bytes(Op("gemm", **GEMM))
+    sram = device.parts["core5.sram"]
+    operands = sram.port_time_ps(read + written)
+    alone = makespans(device, gemm=False)
+    for fidelity, run in enumerate((run_analytic, run_tlm)):
+        result = run(prepare(built, device), device)
+        took = result.ends[load] - result.ends[first]
+        # booked ahead, the port would hold the load back by two GEMMs' operands
+        assert took < operands + alone[fidelity], (run.__name__, took)
+        # the port carried everything: three GEMMs' operands and the load's bytes
+        assert result.makespan_ps >= 3 * operands + sram.port_time_ps(DMA_BYTES)
