@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections import deque
 from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, not_
@@ -57,8 +58,9 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     pop, push = heapq.heappop, heapq.heappush
     # Counters are added once per distinct (unit, op) and per distinct transfer shape at
     # the end rather than per task: integer sums, so the totals are the same.
-    # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port]`` (``port``:
-    # ``(name, busy ps)`` on a shared scratchpad port, else None): equal ops are
+    # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port, stalled]``
+    # (``port``: ``(name, busy ps)`` on a shared scratchpad port, else None; ``stalled``:
+    # the time its tasks held the unit waiting for operands, in all): equal ops are
     # shared between tasks by the lowerings, so the closed-form time is looked up once.
     computes: dict[tuple[str, int], list] = {}
     compute_get = computes.get
@@ -68,6 +70,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     transfer_cache_get = device.analytic_cache.get
     # Busy time of transfers and of host tasks that hold a resource, gathered on the way.
     transfer_busy = host_busy = 0
+    waiting_for: dict[str, deque] = {}  # unit -> compute tasks waiting for it (shared port)
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
@@ -83,22 +86,32 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 op = task.op
                 port = operand_port_busy(device, unit, op)
                 entry = computes[key] = [device.compute_unit(unit).op_time_ps(op), 0, unit, op,
-                                         port and (port[0], port[2])]
+                                         port and (port[0], port[2]), 0]
             duration = entry[0]
             start = free_get(unit, 0)
             if start < ready:
                 start = ready
             port = entry[4]
-            if port is not None:
-                if start > ready:
-                    # Its unit is busy: come back when the unit is free and claim the port
-                    # then, as the tlm level asks for it.  Claimed now, the port would be
-                    # booked ahead of transfers that become ready before the op starts.
+            # An op on a shared scratchpad port claims the port only when its unit takes
+            # it, as the tlm level asks for it: claimed when the op is ready, the port
+            # would be booked ahead of transfers that become ready before the op starts.
+            # So an op that finds its unit busy waits in the unit's line (first come,
+            # first served, as tlm's unit queue), and the line's head is woken when the
+            # unit is free; while a line is waiting, every op on that unit joins it.
+            line = waiting_for.get(unit) if waiting_for else None
+            if line and line[0] == task_id:
+                line.popleft()  # the woken head: the unit is free now
+            elif line or (port is not None and start > ready):
+                if line is None:
+                    line = waiting_for[unit] = deque()
+                line.append(task_id)
+                if len(line) == 1:
                     ready_at[task_id] = start
                     push(heap, start * count + task_id)
-                    continue
-                # A shared scratchpad port: the operands queue behind earlier transfers
-                # on it, and the op ends when both it and its operands are done.
+                continue
+            if port is not None:
+                # The operands queue behind earlier transfers on the port, and the op
+                # ends when both it and its operands are done.
                 name, busy = port
                 served = free_get(name, 0)
                 if served < start:
@@ -106,9 +119,14 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 served += busy
                 unit_free[name] = served
                 if served - start > duration:
+                    entry[5] += served - start - duration  # held past its compute time
                     duration = served - start
             entry[1] += 1
             unit_free[unit] = start + duration
+            if line:  # wake the next op in the unit's line when the unit is free
+                head = line[0]
+                ready_at[head] = start + duration
+                push(heap, (start + duration) * count + head)
         elif kind is TransferTask:
             # The device's cache of closed forms, looked up here without a method call
             # (a stage graph has hundreds of transfers; the key is the cache's own).
@@ -154,9 +172,9 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if not waiting[successor]:
                 push(heap, ready_at[successor] * count + successor)
     busy: dict[str, int] = {}
-    for duration, occurrences, _, op, _ in computes.values():
-        name = op.name or op.kind
-        busy[name] = busy.get(name, 0) + duration * occurrences
+    for duration, occurrences, _, op, _, stalled in computes.values():
+        name = op.name or op.kind  # as tlm: from start to end, operand stalls included
+        busy[name] = busy.get(name, 0) + duration * occurrences + stalled
     if transfers:
         busy["transfer"] = transfer_busy
     if host_busy:
@@ -182,7 +200,7 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
     hop_bytes: dict[str, int] = {}  # only parts whose stages have a known hop count
     operands: dict[str, list[int]] = {}  # unit -> [bytes read, bytes written]
     parts = device.parts
-    for duration, occurrences, unit, op, _ in computes.values():
+    for duration, occurrences, unit, op, _, _ in computes.values():
         row = counts.get(unit)
         if row is None:
             row = counts[unit] = [0] * 6

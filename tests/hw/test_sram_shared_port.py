@@ -69,6 +69,14 @@ def test_a_shared_port_makes_the_gemm_and_the_dma_queue_for_it():
     # rather than waiting for the whole GEMM (which would take operands + 45.7 us)
     assert tlm < operands + makespans(device, gemm=False)[1] * 0.5
     assert abs(tlm - analytic) / analytic < 0.05, (tlm, analytic)
+    # tlm: the GEMM's pieces are booked one after another, not ahead, so the load is
+    # done long before the GEMM (booked ahead, it waited for nearly all the operands)
+    run = run_tlm(graph(device), device)
+    assert run.ends[1] < 0.75 * operands, run.ends
+    # the analytic level books the whole operand stream at once (the load waits for it),
+    # and says how long the GEMM held the array, stall included, as tlm's start-to-end
+    alone = run_analytic(graph(device, dma=False), device)
+    assert alone.extra["busy_by_name"]["gemm"] == alone.ends[0] - alone.starts[0] == operands
     # and a shared port is never faster than separate ones
     assert min(analytic, tlm) > max(makespans(npu(False)))
 
@@ -119,3 +127,56 @@ def test_ops_queued_on_a_busy_unit_do_not_book_the_port_ahead_of_a_transfer():
         assert took < operands + alone[fidelity], (run.__name__, took)
         # the port carried everything: three GEMMs' operands and the load's bytes
         assert result.makespan_ps >= 3 * operands + sram.port_time_ps(DMA_BYTES)
+
+
+def queued_on_one_array(device) -> tuple[TaskGraph, int, int]:
+    """A long GEMM on core 5's array, then X ready at 30 us and Y at 10 us (Y has the
+    higher task id) waiting for the array."""
+    built = TaskGraph()
+    built.compute("core5.sa", Op("gemm", **GEMM))
+    later = built.host(30_000_000, resource="none")
+    sooner = built.host(10_000_000, resource="none")
+    x = built.compute("core5.sa", Op("gemm", m=128, k=256, n=256, dtype_bytes=2), deps=[later])
+    y = built.compute("core5.sa", Op("gemm", m=128, k=256, n=512, dtype_bytes=2), deps=[sooner])
+    return prepare(built, device), x, y
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_ops_waiting_for_a_unit_take_it_first_come_first_served(shared):
+    # as tlm's unit queue: Y, ready first, runs first whatever the task ids
+    device = npu(shared)
+    for run in (run_analytic, run_tlm):
+        built, x, y = queued_on_one_array(device)
+        result = run(built, device)
+        assert result.starts[y] < result.starts[x], (run.__name__, shared)
+
+
+def test_a_private_port_held_for_nothing_times_like_no_port(monkeypatch):
+    # The analytic level's waiting line for shared-port ops must not change the order
+    # or the times by itself: a port nothing else uses, held 1 ps, gives the same
+    # schedule as separate ports on a graph with loads, GEMMs and vector ops queued.
+    plain = npu(False)
+    private = npu(False)
+    monkeypatch.setattr(private, "_find_operand_port",
+                        lambda unit: (unit + ".private", private.parts["core5.sram"]))
+    monkeypatch.setattr(type(private.parts["core5.sram"]), "port_time_ps",
+                        lambda self, size: 1 if size > 0 else 0)
+
+    def mixed(device) -> TaskGraph:
+        built = TaskGraph()
+        loads = [built.transfer(f"core{c}.hbm", f"core{c}.sram", DMA_BYTES, chunk_bytes=64 << 10)
+                 for c in (5, 6)]
+        ops = [built.compute("core5.sa", Op("gemm", **GEMM))]
+        for index in range(6):
+            unit = "core5.sa" if index % 2 else "core5.vec"
+            op = (Op("gemm", m=128, k=512, n=256, dtype_bytes=2) if index % 2 else
+                  Op("elementwise", elements=1 << 18, inputs=2, dtype_bytes=2))
+            ops.append(built.compute(unit, op, deps=[loads[index % 2]] if index < 2 else
+                                     [ops[index - 1]]))
+        built.transfer("core5.sram", "core6.sram", 1 << 20, deps=[ops[2]])
+        return prepare(built, device)
+
+    for build in (mixed, lambda device: queued_on_one_array(device)[0]):
+        expected = run_analytic(build(plain), plain)
+        got = run_analytic(build(private), private)
+        assert (got.starts, got.ends) == (expected.starts, expected.ends)

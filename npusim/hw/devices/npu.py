@@ -193,7 +193,7 @@ class NpuDevice(Device):
         core, _, _ = unit.partition(".")
         name = f"{core}.sram"
         sram = self.parts.get(name)
-        if sram is not None and getattr(sram.config, "shared_port", False):
+        if sram is not None and sram.config.shared_port:
             return name, sram
         return None
 

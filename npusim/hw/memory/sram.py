@@ -32,9 +32,10 @@ Uncontended, a sequence of transactions matches the closed form (same bank share
 
 **Shared port** (``shared_port``, off by default): the core's systolic array and vector
 unit take their operands through this port too.  The executors hold it for an op's
-operand bytes at the full width (:meth:`Sram.port_time_ps`): the analytic level as one
-more first-come-first-served booking when the op starts, the tlm level in pieces over
-the op's compute time (:meth:`Sram.occupy_port`), so transfers interleave with them.
+operand bytes at the full width (:meth:`Sram.port_time_ps`) from when the op's unit takes
+it: the analytic level as one more first-come-first-served booking, the tlm level in
+pieces over the op's compute time (:meth:`Sram.occupy_port`), so transfers interleave
+with them.
 """
 
 from __future__ import annotations
