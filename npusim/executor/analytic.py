@@ -157,11 +157,24 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         else:
             assert isinstance(task, HostTask)
             resource = host_resource(task)
+            # A host task that holds a compute unit (a taskgraph workload may name one)
+            # takes its turn in that unit's line, if ops are waiting in one.
+            line = waiting_for.get(resource) if waiting_for and resource else None
+            if line:
+                if line[0] == task_id:
+                    line.popleft()
+                else:
+                    line.append(task_id)  # the head is on the heap already
+                    continue
             start = max(ready, free_get(resource, 0)) if resource else ready
             duration = task.duration_ps
             if resource:
                 unit_free[resource] = start + duration
                 host_busy += duration
+            if line:
+                head = line[0]
+                ready_at[head] = start + duration
+                push(heap, (start + duration) * count + head)
         end = start + duration
         starts[task_id] = start
         ends[task_id] = end

@@ -180,3 +180,19 @@ def test_a_private_port_held_for_nothing_times_like_no_port(monkeypatch):
         expected = run_analytic(build(plain), plain)
         got = run_analytic(build(private), private)
         assert (got.starts, got.ends) == (expected.starts, expected.ends)
+
+
+def test_a_host_task_holding_a_unit_waits_in_its_line_too():
+    # a taskgraph workload's host task may hold a compute unit (resource: core5.sa): it
+    # queues with the ops waiting there in the order they became ready, as in tlm
+    device = npu(True)
+    built = TaskGraph()
+    built.compute("core5.sa", Op("gemm", **GEMM))
+    sooner = built.host(10_000_000, resource="none")
+    later = built.host(20_000_000, resource="none")
+    op = built.compute("core5.sa", Op("gemm", m=128, k=256, n=256, dtype_bytes=2), deps=[sooner])
+    hold = built.host(5_000_000, deps=[later], resource="core5.sa")
+    for run in (run_analytic, run_tlm):
+        result = run(prepare(built, device), device)
+        assert result.starts[op] < result.starts[hold], run.__name__
+        assert result.starts[hold] >= result.ends[op]
