@@ -241,11 +241,16 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
         elif kind == "value_error" and isinstance(error.get("input"), Mapping):
             # A check across a whole block names its fields itself; echoing the block
             # would only bury the message.  One that starts with "KEY: " is about that
-            # key of the block, so it is reported there.
+            # key of the block (or "KEY.SUBKEY: ", of a block inside it), so it is
+            # reported there.
             message = error["msg"].removeprefix("Value error, ")
             key, _, rest = message.partition(": ")
-            if rest and key in error["input"]:
-                path, message = _format_path([*parts, key]), rest
+            keys, inner, found = key.split("."), error["input"], True
+            for name in keys:
+                found = found and isinstance(inner, Mapping) and name in inner
+                inner = inner[name] if found else None
+            if rest and found:
+                path, message = _format_path([*parts, *keys]), rest
         else:
             message = error["msg"].removeprefix("Value error, ")
             shown = error.get("input")

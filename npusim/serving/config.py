@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
 
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
-from npusim.workload.llm import (ModelMappingChecks, _named_part, stream_chunk_field,
-                                 weight_tile_field)
+from npusim.workload.llm import (ModelMappingChecks, _named_part, layer_counts_problem,
+                                 layers_per_stage_field, stream_chunk_field, weight_tile_field)
 from npusim.workload.trace_spec import TraceSpec
 
 
@@ -78,6 +78,12 @@ class PdConfig(NumbersNotBooleans):
     prefill_dp: int = Field(1, ge=1, description="Prefill replicas (DP-prioritised: more "
                                                  "replicas, fewer stages each).")
     decode_dp: int = Field(1, ge=1, description="Decode replicas.")
+    layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+        "cores / (tp x dp)", "Fusion: ")
+    prefill_layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+        "prefill_cores / (prefill tp x prefill_dp)", "Disaggregation, prefill pipelines: ")
+    decode_layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+        "decode_cores / (decode tp x decode_dp)", "Disaggregation, decode pipelines: ")
     decode_core: CoreVariant | None = Field(
         None, description="Heterogeneous disaggregation: decode cores with a different "
                           "systolic size / HBM bandwidth than the chip preset.")
@@ -88,7 +94,8 @@ class PdConfig(NumbersNotBooleans):
             raise ValueError("disaggregation needs pd.prefill_cores and pd.decode_cores")
         # A field the mode does not use would be ignored silently: say so instead.
         unused = (("prefill_cores", "decode_cores", "prefill_tp", "decode_tp", "prefill_dp",
-                   "decode_dp") if self.mode == "fusion" else ("cores", "dp"))
+                   "decode_dp", "prefill_layers_per_stage", "decode_layers_per_stage")
+                  if self.mode == "fusion" else ("cores", "dp", "layers_per_stage"))
         given = [f"pd.{name}={getattr(self, name)}" for name in unused
                  if getattr(self, name) != type(self).model_fields[name].default]
         if given:
@@ -247,6 +254,22 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
     @classmethod
     def _scheduler(cls, value: Any) -> Any:
         return _named_part("scheduler", value)
+
+    @model_validator(mode="after")
+    def _layer_counts(self) -> "ServingWorkloadConfig":
+        # the stage counts are checked when the chip is cut into pipelines
+        # (npu_backend.build_replicas); the sums need only the model
+        from npusim.workload.models import load_model
+
+        pd = self.pd
+        for name in ("layers_per_stage", "prefill_layers_per_stage", "decode_layers_per_stage"):
+            counts = getattr(pd, name)
+            if counts is not None:
+                model = load_model(self.model)
+                problem = layer_counts_problem(counts, model.num_hidden_layers, model.name)
+                if problem:
+                    raise ValueError(f"pd.{name}: {counts} {problem}")
+        return self
 
     @model_validator(mode="after")
     def _prefix_caching_keeps_chunks(self) -> "ServingWorkloadConfig":

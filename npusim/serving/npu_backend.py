@@ -18,7 +18,7 @@ from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.interpolation import decode_corners, token_corners
 from npusim.serving.state import Entry
-from npusim.strategies.npu.llm_mapping import split_layers
+from npusim.strategies.npu.llm_mapping import stage_layers
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
 from npusim.strategies.npu.heads import busiest_kv_heads, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
@@ -272,6 +272,11 @@ def _shape_key(chunks: tuple[SequenceChunk, ...]) -> tuple:
     return prefills, len(decodes), sum(decodes)
 
 
+#: The ``workload.pd`` field giving a role's layers per pipeline stage.
+LAYER_COUNTS = {"fused": "layers_per_stage", "prefill": "prefill_layers_per_stage",
+                "decode": "decode_layers_per_stage"}
+
+
 def build_replicas(device, config, model, max_request_tokens: int) -> list[Replica]:
     """Cut the chip into replicas as ``config.pd`` says; plan each one's memory."""
     noc = device.config.noc
@@ -293,6 +298,13 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         roles.append(("decode", pd.decode_cores, pd.decode_tp or pd.tp, pd.decode_dp))
     for role, cores, tp, dp in roles:  # before any replica is built (or fails to fit)
         cores_field = "cores" if role == "fused" else f"{role}_cores"
+        counts = getattr(pd, LAYER_COUNTS[role])
+        if counts is not None and len(counts) != min(cores // tp // dp, layers):
+            raise MappingError(
+                f"workload.pd.{LAYER_COUNTS[role]} = {counts} gives {len(counts)} stages, but "
+                f"{cores} {'' if role == 'fused' else role + ' '}cores in {dp} pipeline(s) of "
+                f"TP {tp} groups make {cores // tp // dp}; expected {cores // tp // dp} layer "
+                "counts, or other cores, tp or dp")
         if cores // tp // dp > layers and (role != "fused" or pd.cores is not None):
             # A stage holds at least one layer: asked-for cores beyond that would idle.
             # (Fusion's default, the whole chip, uses what the layers can fill.)
@@ -419,7 +431,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         batch=1, total_len=1, weight_tile_bytes=config.weight_tile_bytes,
         stream_chunk_bytes=config.stream_chunk_bytes)
     everyone = Group(tuple(core for group in groups for core in group.cores))
-    ranges = split_layers(model.num_hidden_layers, len(groups))
+    ranges = stage_layers(model.num_hidden_layers, len(groups),
+                          getattr(config.pd, LAYER_COUNTS[role]), f"workload.pd.{LAYER_COUNTS[role]}")
     sram = device.config.core.sram.capacity_bytes
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     per_token = kv_bytes_on_core(2 * model.kv_size * kv_dtype * max(len(r) for r in ranges),

@@ -13,9 +13,9 @@ token; each of the following ``output_len - 1`` decode steps produces one more.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 
 from npusim.core import registry
 from npusim.core.errors import MappingError, NpusimError
@@ -107,6 +107,27 @@ def stream_chunk_field() -> Any:
                                               "burst inside it.")
 
 
+def layer_counts_problem(counts: Sequence[int], layers: int, model: str = "the model") -> str | None:
+    """Why ``counts`` (layers per pipeline stage) cannot split ``layers`` layers, or None."""
+    if sum(counts) != layers:
+        return (f"sums to {sum(counts)} layers, but {model} has {layers}; expected counts "
+                f"summing to {layers}, one per pipeline stage")
+    return None
+
+
+def layers_per_stage_field(stages: str, applies: str = "") -> Any:
+    """``layers_per_stage``-style field: layers of each pipeline stage, first to last;
+    ``stages`` says how many stages there are, ``applies`` when the field is used."""
+    return Field(
+        None, min_length=1,
+        description=f"{applies}{'l' if applies else 'L'}ayers of each pipeline stage, first "
+                    f"to last (e.g. [6, 6, 6, "
+                    f"6, 6, 6] for 36 layers over 6 stages; a stage may hold fewer to make "
+                    f"room for the LM head): one count per stage ({stages}), summing to the "
+                    "model's layers. Default: as even as possible, the first stages one "
+                    "larger.")
+
+
 class ModelMappingChecks(BaseModel):
     """Validators shared by workloads that map a model onto a device: the model exists,
     and the placement and partition name registered parts (``"ring"`` or ``{kind: ...}``)."""
@@ -157,6 +178,8 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
         None, ge=1, description="Pipeline stages (each a TP group holding consecutive "
                                 "layers). Default: as many as the chip holds, at most one "
                                 "per layer.")
+    layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+        "pipeline_stages if given; else their number sets it")
     placement: Any = Field("ring", description="Core placement by name or {kind: ...}: "
                                                "linear_seq, linear_interleave, ring, mesh2d.")
     partition: Any = Field("k", description="GEMM tensor partition by name or {kind: ...}: "
@@ -191,7 +214,17 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
                              f"({self.prompt_len})")
         from npusim.workload.models import load_model
 
-        window = load_model(self.model).max_position_embeddings
+        model = load_model(self.model)
+        if self.layers_per_stage is not None:
+            counts = self.layers_per_stage
+            if self.pipeline_stages is not None and len(counts) != self.pipeline_stages:
+                raise ValueError(f"layers_per_stage: {counts} gives {len(counts)} stages, but "
+                                 f"pipeline_stages is {self.pipeline_stages}; expected "
+                                 f"{self.pipeline_stages} counts (or leave pipeline_stages out)")
+            problem = layer_counts_problem(counts, model.num_hidden_layers, model.name)
+            if problem:
+                raise ValueError(f"layers_per_stage: {counts} {problem}")
+        window = model.max_position_embeddings
         if window and self.total_len > window:
             raise ValueError(f"prompt_len: prompt_len + output_len = {self.total_len} "
                              f"tokens exceed {self.model}'s context window of {window} "

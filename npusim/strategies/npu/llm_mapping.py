@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.core.units import MS_PER_PS
 from npusim.strategies.npu.llm_memory import plan_stages
 from npusim.strategies.npu.partition import get_partition
+from npusim.workload.llm import layer_counts_problem
 from npusim.strategies.npu.placement import Group
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
 from npusim.workload.layer_ops import SequenceChunk
@@ -74,6 +75,28 @@ def split_layers(layers: int, stages: int) -> list[range]:
     return out
 
 
+def stage_layers(layers: int, stages: int, counts: Sequence[int] | None = None,
+                 setting: str = "layers_per_stage", why: str = "") -> list[range]:
+    """Consecutive layers per pipeline stage: ``counts`` (layers of each stage, first to
+    last) if given, else :func:`split_layers`.  ``setting`` names the field ``counts``
+    came from and ``why`` says where the stage count comes from, for the error when the
+    two disagree."""
+    if counts is None:
+        return split_layers(layers, stages)
+    problem = layer_counts_problem(counts, layers)
+    if problem is None and len(counts) != stages:
+        problem = (f"gives {len(counts)} stages, but the pipeline has {stages}"
+                   + (f" ({why})" if why else "")
+                   + f"; expected {stages} layer counts summing to {layers}")
+    if problem is not None:
+        raise MappingError(f"{setting} = {list(counts)}: {problem}")
+    out, start = [], 0
+    for count in counts:
+        out.append(range(start, start + count))
+        start += count
+    return out
+
+
 def map_llm(device, config, seed: int = 0) -> Program:
     """Lower ``config`` (an :class:`~npusim.workload.llm.LlmWorkloadConfig`) on the NPU."""
     model = load_model(config.model)
@@ -83,10 +106,12 @@ def map_llm(device, config, seed: int = 0) -> Program:
     if tp > cores:
         raise MappingError(f"workload.tp={tp} exceeds the chip's {cores} cores")
     layers = model.num_hidden_layers
-    stages = config.pipeline_stages or min(cores // tp, layers)
+    counts = config.layers_per_stage
+    stages = config.pipeline_stages or (len(counts) if counts else min(cores // tp, layers))
     if stages * tp > cores:
-        raise MappingError(f"workload.pipeline_stages={stages} x tp={tp} needs {stages * tp} "
-                           f"cores; the chip has {cores}")
+        asked = (f"workload.pipeline_stages={stages}" if config.pipeline_stages or not counts
+                 else f"workload.layers_per_stage (its {stages} stages)")
+        raise MappingError(f"{asked} x tp={tp} needs {stages * tp} cores; the chip has {cores}")
     if stages > layers:
         raise MappingError(f"workload.pipeline_stages={stages} exceeds the model's {layers} layers")
     place = registry.lookup("placement", config.placement.kind).impl
@@ -94,7 +119,9 @@ def map_llm(device, config, seed: int = 0) -> Program:
     all_cores = Group(tuple(core for group in groups for core in group.cores))
     strategy = get_partition(config.partition)
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
-    plans = plan_stages(device, model, config, split_layers(layers, stages), groups, all_cores)
+    ranges = stage_layers(layers, stages, counts, "workload.layers_per_stage",
+                          "workload.pipeline_stages")
+    plans = plan_stages(device, model, config, ranges, groups, all_cores)
     builder = StageBuilder(device, model, config, strategy, width, kv_dtype)
     routing = builder.moe_routing
 

@@ -1,0 +1,98 @@
+"""Layers per pipeline stage: even by default (the first stages one larger), or as
+``workload.layers_per_stage`` / ``workload.pd.*layers_per_stage`` give them."""
+
+from __future__ import annotations
+
+import pytest
+
+from npusim.api import simulate
+from npusim.core.errors import ConfigError, MappingError
+from npusim.strategies.npu.llm_mapping import split_layers, stage_layers
+
+pytestmark = pytest.mark.component
+
+LLM = "workloads/scenarios/qwen3_4b_npu64.yaml"
+DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
+FUSION = "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"
+SHORT_LLM = ["run.mode=analytic", "run.trace=false", "workload.prompt_len=64",
+             "workload.output_len=3"]
+SHORT_SERVING = ["run.mode=analytic", "run.trace=false", "workload.trace.limit=6"]
+
+
+def test_counts_become_consecutive_ranges_and_default_to_the_even_split():
+    assert stage_layers(36, 7) == split_layers(36, 7)
+    assert [len(r) for r in split_layers(36, 7)] == [6, 5, 5, 5, 5, 5, 5]
+    assert stage_layers(10, 3, [2, 5, 3]) == [range(0, 2), range(2, 7), range(7, 10)]
+    with pytest.raises(MappingError, match=r"x = \[2, 5, 3\]: gives 3 stages, but the pipeline "
+                                           r"has 4 \(y\); expected 4 layer counts summing to 10"):
+        stage_layers(10, 4, [2, 5, 3], "x", "y")
+    with pytest.raises(MappingError, match=r"x = \[2, 5, 4\]: sums to 11 layers, but the model "
+                                           r"has 10"):
+        stage_layers(10, 3, [2, 5, 4], "x")
+
+
+def test_an_llm_run_given_the_default_split_is_the_same_run():
+    even = ",".join(str(len(r)) for r in split_layers(36, 16))
+    default = simulate(LLM, overrides=SHORT_LLM).metrics
+    given = simulate(LLM, overrides=[*SHORT_LLM, f"workload.layers_per_stage=[{even}]"]).metrics
+    assert given["ttft_ps"] == default["ttft_ps"] and given["tbt_ps"] == default["tbt_ps"]
+
+
+def test_the_number_of_counts_sets_the_stages():
+    three = simulate(LLM, overrides=[*SHORT_LLM, "workload.layers_per_stage=[12,12,12]"]).metrics
+    assert three["pipeline_stages"] == 3
+    used = {unit.split(".")[0] for unit in three["unit_busy_ps"] if unit.endswith(".sa")}
+    assert len(used) == 12  # 3 stages x TP 4
+    # one request passes every stage in turn: the split moves where the LM head's core
+    # time and the hand-offs fall, not the layers' sum, so the latency barely moves ...
+    lopsided = simulate(LLM, overrides=[*SHORT_LLM, "workload.layers_per_stage=[2,2,32]"]).metrics
+    assert lopsided["ttft_ps"] == pytest.approx(three["ttft_ps"], rel=0.02)
+    assert lopsided["ttft_ps"] != three["ttft_ps"]  # (it is another mapping all the same)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["workload.layers_per_stage=[12,12]"], r"workload.layers_per_stage: \[12, 12\] sums to 24 "
+                                            r"layers, but qwen3_4b has 36"),
+    (["workload.layers_per_stage=[12,12,12]", "workload.pipeline_stages=4"],
+     r"gives 3 stages, but pipeline_stages is 4"),
+    (["workload.layers_per_stage=[0,36]"], r"workload.layers_per_stage\[0\]: Input should be "
+                                           "greater than 0"),
+    ([f"workload.layers_per_stage=[{','.join(['2'] * 18)}]"],
+     r"workload.layers_per_stage \(its 18 stages\) x tp=4 needs 72 cores; the chip has 64"),
+])
+def test_bad_llm_splits_name_the_field(overrides, message):
+    with pytest.raises((ConfigError, MappingError), match=message):
+        simulate(LLM, overrides=[*SHORT_LLM, *overrides])
+
+
+def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one_is_slower():
+    default = simulate(DISAGG, overrides=SHORT_SERVING).metrics
+    given = simulate(DISAGG, overrides=[*SHORT_SERVING,
+                                        "workload.pd.prefill_layers_per_stage=[6,6,6,6,6,6]",
+                                        "workload.pd.decode_layers_per_stage=[12,12,12]"]).metrics
+    assert (given["ttft_ms_mean"], given["tbt_ms_mean"]) == (default["ttft_ms_mean"],
+                                                             default["tbt_ms_mean"])
+    # the decode pipeline runs at its slowest stage's pace once several micro-batches are
+    # in flight: 28 layers on one stage of three is slower than 12 on each (20.5 -> 58.0 ms)
+    lopsided = simulate(DISAGG, overrides=[*SHORT_SERVING,
+                                           "workload.pd.decode_layers_per_stage=[4,4,28]"]).metrics
+    assert lopsided["tbt_ms_mean"] > 1.2 * default["tbt_ms_mean"]
+
+
+@pytest.mark.parametrize("scenario, overrides, error, message", [
+    (DISAGG, ["workload.pd.decode_layers_per_stage=[18,18]"], MappingError,
+     r"workload.pd.decode_layers_per_stage = \[18, 18\] gives 2 stages, but 21 decode cores in "
+     r"1 pipeline\(s\) of TP 7 groups make 3; expected 3 layer counts"),
+    (DISAGG, ["workload.pd.prefill_layers_per_stage=[6,6,6,6,6]"], ConfigError,
+     r"workload.pd.prefill_layers_per_stage: \[6, 6, 6, 6, 6\] sums to 30 layers, but qwen3_4b "
+     r"has 36"),
+    (DISAGG, ["workload.pd.layers_per_stage=[36]"], ConfigError,
+     r"pd.layers_per_stage=\[36\]: only mode: fusion uses it"),
+    (FUSION, ["workload.pd.decode_layers_per_stage=[36]"], ConfigError,
+     r"only mode: disaggregation uses it"),
+    (FUSION, ["workload.pd.layers_per_stage=[12,12,12]"], MappingError,
+     r"gives 3 stages, but 64 cores in 1 pipeline\(s\) of TP 4 groups make 16"),
+])
+def test_bad_serving_splits_name_the_field(scenario, overrides, error, message):
+    with pytest.raises(error, match=message):
+        simulate(scenario, overrides=[*SHORT_SERVING, *overrides])
