@@ -121,11 +121,10 @@ def layers_per_stage_field(stages: str, applies: str = "") -> Any:
     return Field(
         None, min_length=1,
         description=f"{applies}{'l' if applies else 'L'}ayers of each pipeline stage, first "
-                    f"to last (e.g. [6, 6, 6, "
-                    f"6, 6, 6] for 36 layers over 6 stages; a stage may hold fewer to make "
-                    f"room for the LM head): one count per stage ({stages}), summing to the "
-                    "model's layers. Default: as even as possible, the first stages one "
-                    "larger.")
+                    "to last (e.g. [6, 6, 6, 6, 6, 6] for 36 layers over 6 stages; a stage "
+                    "may hold fewer to make room for the LM head): one count per stage "
+                    f"({stages}), summing to the model's layers. Default: as even as "
+                    "possible, the first stages one larger.")
 
 
 class ModelMappingChecks(BaseModel):

@@ -28,12 +28,13 @@ from npusim.core.errors import MappingError
 from npusim.core.units import MS_PER_PS
 from npusim.strategies.npu.llm_memory import plan_stages
 from npusim.strategies.npu.partition import get_partition
-from npusim.workload.llm import layer_counts_problem
 from npusim.strategies.npu.placement import Group
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
 from npusim.workload.layer_ops import SequenceChunk
+from npusim.workload.llm import layer_counts_problem
 from npusim.workload.models import load_model
 from npusim.workload.program import LazySegment, Program
+
 
 @dataclass(frozen=True)
 class Iteration:
