@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
-from npusim.workload.llm import (ModelMappingChecks, _named_part, layer_counts_problem,
-                                 layers_per_stage_field, stream_chunk_field, weight_tile_field)
+from npusim.workload.llm import (LayerCount, ModelMappingChecks, _named_part,
+                                 layer_counts_problem, layers_per_stage_field,
+                                 stream_chunk_field, weight_tile_field)
 from npusim.workload.trace_spec import TraceSpec
 
 
@@ -78,11 +79,11 @@ class PdConfig(NumbersNotBooleans):
     prefill_dp: int = Field(1, ge=1, description="Prefill replicas (DP-prioritised: more "
                                                  "replicas, fewer stages each).")
     decode_dp: int = Field(1, ge=1, description="Decode replicas.")
-    layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+    layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
         "cores / (tp x dp)", "Fusion: ")
-    prefill_layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+    prefill_layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
         "prefill_cores / (prefill tp x prefill_dp)", "Disaggregation, prefill pipelines: ")
-    decode_layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
+    decode_layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
         "decode_cores / (decode tp x decode_dp)", "Disaggregation, decode pipelines: ")
     decode_core: CoreVariant | None = Field(
         None, description="Heterogeneous disaggregation: decode cores with a different "
@@ -127,6 +128,23 @@ class PdConfig(NumbersNotBooleans):
                                      f"= {group}: {cores % group} core(s) would sit idle; expected "
                                      f"a multiple of {group} ({nearest}), or a {role} tp x dp "
                                      f"that divides {cores}")
+        # A layer list's length against the stages its pool's cores make, where the
+        # config gives those cores (fusion's default, the whole chip, is checked when the
+        # chip is cut; a pool with more stages than layers is refused there too).
+        pools = ((("layers_per_stage", "cores", self.cores, self.tp, self.dp, "tp x dp"),)
+                 if self.mode == "fusion" else
+                 (("prefill_layers_per_stage", "prefill_cores", self.prefill_cores,
+                   self.prefill_tp or self.tp, self.prefill_dp, "prefill tp x prefill_dp"),
+                  ("decode_layers_per_stage", "decode_cores", self.decode_cores,
+                   self.decode_tp or self.tp, self.decode_dp, "decode tp x decode_dp")))
+        for field, cores_field, cores, tp, dp, per in pools:
+            counts = getattr(self, field)
+            if counts is not None and cores is not None and len(counts) != cores // (tp * dp):
+                stages = cores // (tp * dp)
+                raise ValueError(f"{field}: {counts} gives {len(counts)} stages, but "
+                                 f"{cores_field} / ({per}) = {cores} / ({tp} x {dp}) makes "
+                                 f"{stages}; expected {stages} counts (or other "
+                                 f"{cores_field}, tp or dp)")
         if self.decode_core is not None and self.mode != "disaggregation":
             raise ValueError("pd.decode_core needs mode: disaggregation (fusion runs both "
                              "phases on the same cores)")

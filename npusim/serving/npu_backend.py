@@ -299,12 +299,14 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     for role, cores, tp, dp in roles:  # before any replica is built (or fails to fit)
         cores_field = "cores" if role == "fused" else f"{role}_cores"
         counts = getattr(pd, LAYER_COUNTS[role])
-        if counts is not None and len(counts) != min(cores // tp // dp, layers):
+        stages = min(cores // tp // dp, layers)
+        if counts is not None and len(counts) != stages:
+            # (the config checks pools whose cores it gives; this is fusion's whole chip)
             raise MappingError(
-                f"workload.pd.{LAYER_COUNTS[role]} = {counts} gives {len(counts)} stages, but "
-                f"{cores} {'' if role == 'fused' else role + ' '}cores in {dp} pipeline(s) of "
-                f"TP {tp} groups make {cores // tp // dp}; expected {cores // tp // dp} layer "
-                "counts, or other cores, tp or dp")
+                f"workload.pd.{LAYER_COUNTS[role]}: {counts} gives {len(counts)} stages, but "
+                f"the {cores} {'' if role == 'fused' else role + ' '}cores make {stages} "
+                f"(pipelines of TP {tp} groups, {dp} of them); expected {stages} counts (or "
+                f"set workload.pd.{cores_field}, tp or dp)")
         if cores // tp // dp > layers and (role != "fused" or pd.cores is not None):
             # A stage holds at least one layer: asked-for cores beyond that would idle.
             # (Fusion's default, the whole chip, uses what the layers can fill.)

@@ -13,9 +13,10 @@ token; each of the following ``output_len - 1`` decode steps produces one more.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, Field, PositiveInt, field_validator,
+                      model_validator)
 
 from npusim.core import registry
 from npusim.core.errors import MappingError, NpusimError
@@ -115,16 +116,27 @@ def layer_counts_problem(counts: Sequence[int], layers: int, model: str = "the m
     return None
 
 
+def _not_a_boolean(value: Any) -> Any:
+    # pydantic reads true as 1 (NumbersNotBooleans covers plain fields, not list items)
+    if isinstance(value, bool):
+        raise ValueError(f"got {value}, a boolean; expected a number of layers (1 or more)")
+    return value
+
+
+#: One pipeline stage's layer count.
+LayerCount = Annotated[PositiveInt, BeforeValidator(_not_a_boolean)]
+
+
 def layers_per_stage_field(stages: str, applies: str = "") -> Any:
     """``layers_per_stage``-style field: layers of each pipeline stage, first to last;
     ``stages`` says how many stages there are, ``applies`` when the field is used."""
     return Field(
         None, min_length=1,
         description=f"{applies}{'l' if applies else 'L'}ayers of each pipeline stage, first "
-                    "to last (e.g. [6, 6, 6, 6, 6, 6] for 36 layers over 6 stages; a stage "
-                    "may hold fewer to make room for the LM head): one count per stage "
-                    f"({stages}), summing to the model's layers. Default: as even as "
-                    "possible, the first stages one larger.")
+                    "to last (e.g. [6, 6, 6, 6, 6, 6] for 36 layers over 6 stages, or [8, 7, "
+                    f"7, 7, 7] to load the first stage more): one count per stage ({stages}), "
+                    "summing to the model's layers. Default: as even as possible, the first "
+                    "stages one larger.")
 
 
 class ModelMappingChecks(BaseModel):
@@ -177,8 +189,9 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
         None, ge=1, description="Pipeline stages (each a TP group holding consecutive "
                                 "layers). Default: as many as the chip holds, at most one "
                                 "per layer.")
-    layers_per_stage: list[PositiveInt] | None = layers_per_stage_field(
-        "pipeline_stages if given; else their number sets it")
+    layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
+        "as many as pipeline_stages when that is given; otherwise the list's length is the "
+        "number of stages")
     placement: Any = Field("ring", description="Core placement by name or {kind: ...}: "
                                                "linear_seq, linear_interleave, ring, mesh2d.")
     partition: Any = Field("k", description="GEMM tensor partition by name or {kind: ...}: "

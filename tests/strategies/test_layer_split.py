@@ -57,8 +57,11 @@ def test_the_number_of_counts_sets_the_stages():
      r"gives 3 stages, but pipeline_stages is 4"),
     (["workload.layers_per_stage=[0,36]"], r"workload.layers_per_stage\[0\]: Input should be "
                                            "greater than 0"),
+    (["workload.layers_per_stage=[true,35]"], r"workload.layers_per_stage\[0\]: got True, a "
+                                              "boolean; expected a number of layers"),
     ([f"workload.layers_per_stage=[{','.join(['2'] * 18)}]"],
-     r"workload.layers_per_stage \(its 18 stages\) x tp=4 needs 72 cores; the chip has 64"),
+     r"workload.layers_per_stage = \[2, 2, .*\] \(18 stages\) x tp=4 needs 72 cores; the "
+     r"chip has 64 \(expected at most 16 stages at tp=4\)"),
 ])
 def test_bad_llm_splits_name_the_field(overrides, message):
     with pytest.raises((ConfigError, MappingError), match=message):
@@ -80,18 +83,26 @@ def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one
 
 
 @pytest.mark.parametrize("scenario, overrides, error, message", [
-    (DISAGG, ["workload.pd.decode_layers_per_stage=[18,18]"], MappingError,
-     r"workload.pd.decode_layers_per_stage = \[18, 18\] gives 2 stages, but 21 decode cores in "
-     r"1 pipeline\(s\) of TP 7 groups make 3; expected 3 layer counts"),
-    (DISAGG, ["workload.pd.prefill_layers_per_stage=[6,6,6,6,6]"], ConfigError,
-     r"workload.pd.prefill_layers_per_stage: \[6, 6, 6, 6, 6\] sums to 30 layers, but qwen3_4b "
-     r"has 36"),
+    (DISAGG, ["workload.pd.decode_layers_per_stage=[18,18]"], ConfigError,
+     r"workload.pd.decode_layers_per_stage: \[18, 18\] gives 2 stages, but decode_cores / "
+     r"\(decode tp x decode_dp\) = 21 / \(7 x 1\) makes 3; expected 3 counts"),
+    (DISAGG, ["workload.pd.decode_layers_per_stage=[true,12,23]"], ConfigError,
+     r"workload.pd.decode_layers_per_stage\[0\]: got True, a boolean; expected a number of "
+     r"layers"),
+    (DISAGG, ["workload.pd.prefill_layers_per_stage=[5,5,5,5,5,5]"], ConfigError,
+     r"workload.pd.prefill_layers_per_stage: \[5, 5, 5, 5, 5, 5\] sums to 30 layers, but "
+     r"qwen3_4b has 36"),
     (DISAGG, ["workload.pd.layers_per_stage=[36]"], ConfigError,
      r"pd.layers_per_stage=\[36\]: only mode: fusion uses it"),
     (FUSION, ["workload.pd.decode_layers_per_stage=[36]"], ConfigError,
      r"only mode: disaggregation uses it"),
+    # fusion's default cores (the whole chip) are known when the chip is cut
     (FUSION, ["workload.pd.layers_per_stage=[12,12,12]"], MappingError,
-     r"gives 3 stages, but 64 cores in 1 pipeline\(s\) of TP 4 groups make 16"),
+     r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but the 64 cores make 16 "
+     r"\(pipelines of TP 4 groups, 1 of them\); expected 16 counts"),
+    (FUSION, ["workload.pd.cores=32", "workload.pd.layers_per_stage=[12,12,12]"], ConfigError,
+     r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but cores / \(tp x dp\) = "
+     r"32 / \(4 x 1\) makes 8"),
 ])
 def test_bad_serving_splits_name_the_field(scenario, overrides, error, message):
     with pytest.raises(error, match=message):

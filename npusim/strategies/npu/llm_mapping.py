@@ -111,8 +111,9 @@ def map_llm(device, config, seed: int = 0) -> Program:
     stages = config.pipeline_stages or (len(counts) if counts else min(cores // tp, layers))
     if stages * tp > cores:
         asked = (f"workload.pipeline_stages={stages}" if config.pipeline_stages or not counts
-                 else f"workload.layers_per_stage (its {stages} stages)")
-        raise MappingError(f"{asked} x tp={tp} needs {stages * tp} cores; the chip has {cores}")
+                 else f"workload.layers_per_stage = {list(counts)} ({stages} stages)")
+        raise MappingError(f"{asked} x tp={tp} needs {stages * tp} cores; the chip has {cores} "
+                           f"(expected at most {cores // tp} stages at tp={tp})")
     if stages > layers:
         raise MappingError(f"workload.pipeline_stages={stages} exceeds the model's {layers} layers")
     place = registry.lookup("placement", config.placement.kind).impl
