@@ -101,9 +101,13 @@ class PdConfig(NumbersNotBooleans):
                  if getattr(self, name) != type(self).model_fields[name].default]
         if given:
             other = "disaggregation" if self.mode == "fusion" else "fusion"
+            own = ("pd.layers_per_stage" if self.mode == "fusion" else
+                   "pd.prefill_layers_per_stage and pd.decode_layers_per_stage")
+            hint = (f"; mode: {self.mode} takes {own}"
+                    if any("layers_per_stage=" in name for name in given) else "")
             raise ValueError(f"{', '.join(given)}: only mode: {other} uses "
                              f"{'it' if len(given) == 1 else 'them'}; mode: {self.mode} would "
-                             "ignore it (remove it, or set pd.mode)")
+                             f"ignore it (remove it, or set pd.mode){hint}")
         if self.mode == "fusion" and self.cores is not None and self.cores % (self.tp * self.dp):
             group, idle = self.tp * self.dp, self.cores % (self.tp * self.dp)
             below = self.cores - idle

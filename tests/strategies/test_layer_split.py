@@ -95,7 +95,7 @@ def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one
     (DISAGG, ["workload.pd.layers_per_stage=[36]"], ConfigError,
      r"pd.layers_per_stage=\[36\]: only mode: fusion uses it"),
     (FUSION, ["workload.pd.decode_layers_per_stage=[36]"], ConfigError,
-     r"only mode: disaggregation uses it"),
+     r"only mode: disaggregation uses it; .*; mode: fusion takes pd.layers_per_stage"),
     # fusion's default cores (the whole chip) are known when the chip is cut
     (FUSION, ["workload.pd.layers_per_stage=[12,12,12]"], MappingError,
      r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but the 64 cores make 16 "
