@@ -70,10 +70,18 @@ def _summary_table(result) -> None:
                           f"{its['batch_requests_mean']:.1f} req / {100 * its['kv_utilisation_peak']:.0f}%")
         flops_share = metrics.get("flops_utilisation_by_replica", {})
         hbm_share = metrics.get("hbm_bandwidth_utilisation_by_replica", {})
+        by_stage = metrics.get("sa_utilisation_by_stage", {})
         for replica, share in metrics.get("sa_utilisation_by_replica", {}).items():
             table.add_row(f"{replica}: arrays busy / MFU / HBM MBU",
                           f"{100 * share:.1f}% / {100 * flops_share.get(replica, 0.0):.1f}% / "
                           f"{100 * hbm_share.get(replica, 0.0):.1f}%")
+            stages = by_stage.get(replica, [])
+            if len(stages) > 1:
+                low = min(range(len(stages)), key=stages.__getitem__)
+                high = max(range(len(stages)), key=stages.__getitem__)
+                table.add_row(f"{replica}: stage arrays busy, least / most",
+                              f"{100 * stages[low]:.1f}% (stage {low}) / "
+                              f"{100 * stages[high]:.1f}% (stage {high})")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):

@@ -430,7 +430,9 @@ class ServingDriver(KvAdmission):
                         "iterations_by_replica": log.summary()})
         info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
                 "scheduler": self.config.scheduler.kind,
-                "replicas": [{"role": r.role, "stages": len(r.groups), "cores": len(r.cores),
+                "replicas": [{"role": r.role, "stages": len(r.groups),
+                              "layers_per_stage": [len(plan.layers) for plan in r.plans],
+                              "cores": len(r.cores),
                               "core_ids": list(r.cores), "core": self._core_summary(r.cores[0]),
                               "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
         # The run's latency is the serving window, as the rates use: from the first

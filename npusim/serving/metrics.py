@@ -166,19 +166,28 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     # their peak (MFU) and bytes against the HBM peak (MBU); prefill pools are expected
     # compute-bound, decode pools bandwidth-bound.
     totals = session.totals  # computed once: a sum over every distinct segment
-    busy_share, flops_share, hbm_share = {}, {}, {}
+    busy_share, flops_share, hbm_share, stage_share = {}, {}, {}, {}
+
+    def array_share(cores) -> float:
+        arrays = [f"core{c}.sa" for c in cores]
+        busy = sum(totals.get(name, {}).get("busy_ps", 0) for name in arrays)
+        return busy / (len(arrays) * window_ps) if window_ps else 0.0
+
     for replica in driver.replicas:
         key = f"{replica.role}{replica.index}"
         arrays = [f"core{c}.sa" for c in replica.cores]
         hbms = [f"core{c}.hbm" for c in replica.cores if f"core{c}.hbm" in driver.device.parts]
-        busy = sum(totals.get(name, {}).get("busy_ps", 0) for name in arrays)
-        busy_share[key] = busy / (len(arrays) * window_ps) if window_ps else 0.0
+        busy_share[key] = array_share(replica.cores)
+        # Per pipeline stage: the busiest stage paces the pipeline under load (balance
+        # it with workload.pd.*layers_per_stage).
+        stage_share[key] = [array_share(group.cores) for group in replica.groups]
         flops_share[key] = _rate_share(totals, driver.device, arrays, ("flops",),
                                        "peak_flops_per_s", window_ps)
         hbm_share[key] = _rate_share(totals, driver.device, hbms,
                                      ("bytes_read", "bytes_written"), "peak_bandwidth_bps",
                                      window_ps)
     metrics["sa_utilisation_by_replica"] = busy_share
+    metrics["sa_utilisation_by_stage"] = stage_share
     metrics["flops_utilisation_by_replica"] = flops_share
     metrics["hbm_bandwidth_utilisation_by_replica"] = hbm_share
     return rows, metrics

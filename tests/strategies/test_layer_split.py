@@ -80,6 +80,12 @@ def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one
     lopsided = simulate(DISAGG, overrides=[*SHORT_SERVING,
                                            "workload.pd.decode_layers_per_stage=[4,4,28]"]).metrics
     assert lopsided["tbt_ms_mean"] > 1.2 * default["tbt_ms_mean"]
+    # and says so: the split as built, and the 28-layer stage's arrays the busiest
+    assert [r["layers_per_stage"] for r in lopsided["replicas"]] == [[4, 4, 28], [6] * 6]
+    decode = lopsided["sa_utilisation_by_stage"]["decode0"]
+    assert decode[2] > 3 * max(decode[:2])
+    even = default["sa_utilisation_by_stage"]["decode0"]
+    assert max(even) < 1.1 * min(even)
 
 
 @pytest.mark.parametrize("scenario, overrides, error, message", [
