@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from npusim.hw.devices.base import Device
 from npusim.mapping.collectives import expand_collectives

@@ -65,7 +65,8 @@ OPERAND_PIECE_PS = 1_000_000
 #: ... and at most this many, spread evenly over its compute time.  Each piece is booked
 #: when the one before it is done, so transfers that arrive meanwhile go between them (a
 #: port shared piece by piece); finer pieces cost events and change little (1024-token
-#: Qwen3-4B prefill on large_core_64: TTFT 355.2 ms so, 353.2 ms with 128 pieces an op).
+#: Qwen3-4B prefill on large_core_64: TTFT 355.2 ms with these, 353.2 ms with 128 pieces
+#: per op).
 OPERAND_PIECES_MAX = 32
 
 
