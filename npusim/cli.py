@@ -81,7 +81,9 @@ def _summary_table(result) -> None:
                 high = max(range(len(stages)), key=stages.__getitem__)
                 table.add_row(f"{replica}: stage arrays busy, least / most",
                               f"{100 * stages[low]:.1f}% (stage {low}) / "
-                              f"{100 * stages[high]:.1f}% (stage {high})")
+                              f"{100 * stages[high]:.1f}% (stage {high})"
+                              if f"{stages[low]:.3f}" != f"{stages[high]:.3f}" else
+                              f"{100 * stages[low]:.1f}% on every stage")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):

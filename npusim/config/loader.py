@@ -245,10 +245,12 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             # reported there.
             message = error["msg"].removeprefix("Value error, ")
             key, _, rest = message.partition(": ")
-            keys, inner, found = key.split("."), error["input"], True
-            for name in keys:
-                found = found and isinstance(inner, Mapping) and name in inner
-                inner = inner[name] if found else None
+            keys, inner, found = [key], error["input"], key in error["input"]
+            if not found:  # "KEY.SUBKEY: ", a key of a block inside this one
+                keys, found = key.split("."), True
+                for name in keys:
+                    found = found and isinstance(inner, Mapping) and name in inner
+                    inner = inner[name] if found else None
             if rest and found:
                 path, message = _format_path([*parts, *keys]), rest
         else:

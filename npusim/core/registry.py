@@ -19,11 +19,22 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Callable, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 #: Packages whose modules register parts; imported by :func:`discover`.
 _PART_PACKAGES = ("npusim.hw", "npusim.workload", "npusim.mapping", "npusim.strategies",
                   "npusim.serving")
+
+
+def _not_a_boolean(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"got {value}, a boolean; expected a number")
+    return value
+
+
+#: An integer item of a list field that refuses ``true``/``false`` (pydantic reads them as
+#: 1 and 0): :class:`NumbersNotBooleans` covers plain fields, not list items.
+IntNotBool = Annotated[int, BeforeValidator(_not_a_boolean)]
 
 
 class NumbersNotBooleans(BaseModel):
@@ -31,7 +42,8 @@ class NumbersNotBooleans(BaseModel):
 
     pydantic reads ``true`` as 1 for a number field, so ``tp: true`` (a typo) would run as
     tp = 1.  The check is model-level: a field-level one would break the ``kind``
-    discriminator of the registry unions.
+    discriminator of the registry unions.  Items of a list of numbers need
+    :data:`IntNotBool` instead.
     """
 
     @model_validator(mode="before")

@@ -22,7 +22,7 @@ from npusim.core.units import Bytes
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
 from npusim.workload.llm import (LayerCount, ModelMappingChecks, _named_part,
-                                 layer_counts_problem, layers_per_stage_field,
+                                 layer_counts_problem, layers_per_stage_field, pool_stages,
                                  stream_chunk_field, weight_tile_field)
 from npusim.workload.trace_spec import TraceSpec
 
@@ -80,7 +80,7 @@ class PdConfig(NumbersNotBooleans):
                                                  "replicas, fewer stages each).")
     decode_dp: int = Field(1, ge=1, description="Decode replicas.")
     layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
-        "cores / (tp x dp)", "Fusion: ")
+        "cores / (tp x dp), at most one per layer", "Fusion: ")
     prefill_layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
         "prefill_cores / (prefill tp x prefill_dp)", "Disaggregation, prefill pipelines: ")
     decode_layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
@@ -132,23 +132,6 @@ class PdConfig(NumbersNotBooleans):
                                      f"= {group}: {cores % group} core(s) would sit idle; expected "
                                      f"a multiple of {group} ({nearest}), or a {role} tp x dp "
                                      f"that divides {cores}")
-        # A layer list's length against the stages its pool's cores make, where the
-        # config gives those cores (fusion's default, the whole chip, is checked when the
-        # chip is cut; a pool with more stages than layers is refused there too).
-        pools = ((("layers_per_stage", "cores", self.cores, self.tp, self.dp, "tp x dp"),)
-                 if self.mode == "fusion" else
-                 (("prefill_layers_per_stage", "prefill_cores", self.prefill_cores,
-                   self.prefill_tp or self.tp, self.prefill_dp, "prefill tp x prefill_dp"),
-                  ("decode_layers_per_stage", "decode_cores", self.decode_cores,
-                   self.decode_tp or self.tp, self.decode_dp, "decode tp x decode_dp")))
-        for field, cores_field, cores, tp, dp, per in pools:
-            counts = getattr(self, field)
-            if counts is not None and cores is not None and len(counts) != cores // (tp * dp):
-                stages = cores // (tp * dp)
-                raise ValueError(f"{field}: {counts} gives {len(counts)} stages, but "
-                                 f"{cores_field} / ({per}) = {cores} / ({tp} x {dp}) makes "
-                                 f"{stages}; expected {stages} counts (or other "
-                                 f"{cores_field}, tp or dp)")
         if self.decode_core is not None and self.mode != "disaggregation":
             raise ValueError("pd.decode_core needs mode: disaggregation (fusion runs both "
                              "phases on the same cores)")
@@ -279,18 +262,29 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
 
     @model_validator(mode="after")
     def _layer_counts(self) -> "ServingWorkloadConfig":
-        # the stage counts are checked when the chip is cut into pipelines
-        # (npu_backend.build_replicas); the sums need only the model
+        # A layer list against the model and, where the config gives its pool's cores,
+        # the stages they make (so a sweep refuses a wrong list before it runs).  Fusion's
+        # default (the whole chip) is checked when the chip is cut, and so is a pool with
+        # more stages than layers, which leaves cores idle whatever the list
+        # (npu_backend.build_replicas).
         from npusim.workload.models import load_model
 
         pd = self.pd
-        for name in ("layers_per_stage", "prefill_layers_per_stage", "decode_layers_per_stage"):
+        for name, pool in layer_pools(pd):
             counts = getattr(pd, name)
-            if counts is not None:
-                model = load_model(self.model)
-                problem = layer_counts_problem(counts, model.num_hidden_layers, model.name)
-                if problem:
-                    raise ValueError(f"pd.{name}: {counts} {problem}")
+            if counts is None:
+                continue
+            model = load_model(self.model)
+            layers = model.num_hidden_layers
+            stages, stages_from = None, ""
+            if pool is not None:
+                cores_field, cores, tp, dp, per = pool
+                if cores // (tp * dp) <= layers:
+                    stages = pool_stages(cores, tp, dp, layers)
+                    stages_from = f"{cores_field} / ({per}) = {cores} / ({tp} x {dp})"
+            problem = layer_counts_problem(counts, layers, model.name, stages, stages_from)
+            if problem:
+                raise ValueError(f"pd.{name}: {counts} {problem}")
         return self
 
     @model_validator(mode="after")
@@ -300,6 +294,20 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                              "scheduler.chunk_kv: recompute keeps none between a prompt's "
                              "chunks; expected chunk_kv: keep with prefix caching")
         return self
+
+
+def layer_pools(pd: PdConfig) -> list[tuple[str, tuple | None]]:
+    """The mode's layer-list fields, each with its pool as ``(cores field, cores, tp, dp,
+    "how the stages are counted")``, or None where the config leaves the cores to the
+    chip (fusion's default)."""
+    if pd.mode == "fusion":
+        return [("layers_per_stage", None if pd.cores is None else
+                 ("cores", pd.cores, pd.tp, pd.dp, "tp x dp"))]
+    return [("prefill_layers_per_stage", ("prefill_cores", pd.prefill_cores,
+                                          pd.prefill_tp or pd.tp, pd.prefill_dp,
+                                          "prefill tp x prefill_dp")),
+            ("decode_layers_per_stage", ("decode_cores", pd.decode_cores, pd.decode_tp or pd.tp,
+                                         pd.decode_dp, "decode tp x decode_dp"))]
 
 
 @register("workload", ServingWorkloadConfig)

@@ -25,6 +25,7 @@ from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
 from npusim.strategies.npu.partition import get_partition
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import SequenceChunk
+from npusim.workload.llm import layer_counts_problem, pool_stages
 from npusim.workload.program import BlendedSegment, ChainedSegment, LazySegment
 
 
@@ -298,15 +299,6 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         roles.append(("decode", pd.decode_cores, pd.decode_tp or pd.tp, pd.decode_dp))
     for role, cores, tp, dp in roles:  # before any replica is built (or fails to fit)
         cores_field = "cores" if role == "fused" else f"{role}_cores"
-        counts = getattr(pd, LAYER_COUNTS[role])
-        stages = min(cores // tp // dp, layers)
-        if counts is not None and len(counts) != stages:
-            # (the config checks pools whose cores it gives; this is fusion's whole chip)
-            raise MappingError(
-                f"workload.pd.{LAYER_COUNTS[role]}: {counts} gives {len(counts)} stages, but "
-                f"the {cores} {'' if role == 'fused' else role + ' '}cores make {stages} "
-                f"(pipelines of TP {tp} groups, {dp} of them); expected {stages} counts (or "
-                f"set workload.pd.{cores_field}, tp or dp)")
         if cores // tp // dp > layers and (role != "fused" or pd.cores is not None):
             # A stage holds at least one layer: asked-for cores beyond that would idle.
             # (Fusion's default, the whole chip, uses what the layers can fill.)
@@ -315,6 +307,16 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
                 f"{cores // tp // dp} stages each, but {model.name} has {layers} layers (one "
                 f"or more per stage), so {cores - layers * tp * dp} cores would sit idle; "
                 f"expected at most {layers * tp * dp} cores, or a larger TP or DP")
+        counts = getattr(pd, LAYER_COUNTS[role])
+        if counts is not None:  # (the config checked the pools whose cores it gives)
+            stages = pool_stages(cores, tp, dp, layers)
+            capped = ", at most one stage per layer" if stages < cores // tp // dp else ""
+            problem = layer_counts_problem(
+                counts, layers, model.name, stages,
+                f"{cores} {'' if role == 'fused' else role + ' '}cores / (tp {tp} x dp {dp})"
+                f"{capped}")
+            if problem:
+                raise MappingError(f"workload.pd.{LAYER_COUNTS[role]}: {counts} {problem}")
     replicas: list[Replica] = []
     key_ids: dict = {}
     taken: set[int] = set()
@@ -329,7 +331,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
             field = "tp" if (pd.mode == "fusion" or not getattr(pd, f"{role}_tp", None)) else f"{role}_tp"
             raise MappingError(f"workload.pd.{field} = {tp} with workload.placement: "
                                f"{config.placement.kind}: {exc}") from None
-        stages = min(cores // tp // dp, layers)
+        stages = pool_stages(cores, tp, dp, layers)
         if stages < 1:
             raise MappingError(f"workload.pd: {cores} {role} cores make no TP group of {tp}")
         candidates = [g for g in layout if not taken.intersection(g.cores)]
@@ -434,7 +436,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         stream_chunk_bytes=config.stream_chunk_bytes)
     everyone = Group(tuple(core for group in groups for core in group.cores))
     ranges = stage_layers(model.num_hidden_layers, len(groups),
-                          getattr(config.pd, LAYER_COUNTS[role]), f"workload.pd.{LAYER_COUNTS[role]}")
+                          getattr(config.pd, LAYER_COUNTS[role]), f"workload.pd.{LAYER_COUNTS[role]}",
+                          "its pool's stages")  # (build_replicas checked the list)
     sram = device.config.core.sram.capacity_bytes
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     per_token = kv_bytes_on_core(2 * model.kv_size * kv_dtype * max(len(r) for r in ranges),

@@ -15,12 +15,11 @@ from __future__ import annotations
 import importlib
 from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import (BaseModel, BeforeValidator, Field, PositiveInt, field_validator,
-                      model_validator)
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from npusim.core import registry
 from npusim.core.errors import MappingError, NpusimError
-from npusim.core.registry import PartConfig, register
+from npusim.core.registry import IntNotBool, PartConfig, register
 from npusim.core.units import Bytes
 
 #: Device kind -> "module:function" of the mapper that lowers an LLM run on it.
@@ -108,23 +107,29 @@ def stream_chunk_field() -> Any:
                                               "burst inside it.")
 
 
-def layer_counts_problem(counts: Sequence[int], layers: int, model: str = "the model") -> str | None:
-    """Why ``counts`` (layers per pipeline stage) cannot split ``layers`` layers, or None."""
+def layer_counts_problem(counts: Sequence[int], layers: int, model: str = "the model",
+                         stages: int | None = None, stages_from: str = "") -> str | None:
+    """Why ``counts`` (layers per pipeline stage) cannot split ``layers`` layers over
+    ``stages`` stages (if known; ``stages_from`` says where that number comes from), or
+    None: every place a layer list meets a model or a pipeline asks this one question."""
     if sum(counts) != layers:
         return (f"sums to {sum(counts)} layers, but {model} has {layers}; expected counts "
                 f"summing to {layers}, one per pipeline stage")
+    if stages is not None and len(counts) != stages:
+        return (f"gives {len(counts)} stages, but the pipeline has {stages}"
+                + (f" ({stages_from})" if stages_from else "")
+                + f"; expected {stages} counts")
     return None
 
 
-def _not_a_boolean(value: Any) -> Any:
-    # pydantic reads true as 1 (NumbersNotBooleans covers plain fields, not list items)
-    if isinstance(value, bool):
-        raise ValueError(f"got {value}, a boolean; expected a number of layers (1 or more)")
-    return value
+def pool_stages(cores: int, tp: int, dp: int, layers: int) -> int:
+    """Stages of each of ``dp`` pipelines of TP ``tp`` groups on ``cores`` cores: one per
+    group, at most one per layer."""
+    return min(cores // (tp * dp), layers)
 
 
-#: One pipeline stage's layer count.
-LayerCount = Annotated[PositiveInt, BeforeValidator(_not_a_boolean)]
+#: One pipeline stage's layer count (1 or more; a boolean is refused, not read as 1).
+LayerCount = Annotated[IntNotBool, Field(gt=0)]
 
 
 def layers_per_stage_field(stages: str, applies: str = "") -> Any:
@@ -228,14 +233,11 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
 
         model = load_model(self.model)
         if self.layers_per_stage is not None:
-            counts = self.layers_per_stage
-            if self.pipeline_stages is not None and len(counts) != self.pipeline_stages:
-                raise ValueError(f"layers_per_stage: {counts} gives {len(counts)} stages, but "
-                                 f"pipeline_stages is {self.pipeline_stages}; expected "
-                                 f"{self.pipeline_stages} counts (or leave pipeline_stages out)")
-            problem = layer_counts_problem(counts, model.num_hidden_layers, model.name)
+            problem = layer_counts_problem(
+                self.layers_per_stage, model.num_hidden_layers, model.name,
+                self.pipeline_stages, f"pipeline_stages = {self.pipeline_stages}; or leave it out")
             if problem:
-                raise ValueError(f"layers_per_stage: {counts} {problem}")
+                raise ValueError(f"layers_per_stage: {self.layers_per_stage} {problem}")
         window = model.max_position_embeddings
         if window and self.total_len > window:
             raise ValueError(f"prompt_len: prompt_len + output_len = {self.total_len} "

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator, model_validator
 
 from npusim.core.errors import MappingError
-from npusim.core.registry import NumbersNotBooleans, PartConfig, register
+from npusim.core.registry import IntNotBool, NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes, TimePs, format_bytes
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.workload.program import Program
@@ -34,7 +34,8 @@ class GemmWorkloadConfig(PartConfig):
     k: int = Field(gt=0, description="Reduction dimension (hidden size).")
     n: int = Field(gt=0, description="Output columns (split across cores).")
     dtype_bytes: int = Field(2, ge=1, le=8, description="Bytes per element (2 = FP16/BF16).")
-    cores: list[int] = Field([0, 1, 2, 3], min_length=1, description="Core ids, in ring order.")
+    cores: list[IntNotBool] = Field([0, 1, 2, 3], min_length=1,
+                                    description="Core ids, in ring order.")
     tile_n: int = Field(256, gt=0, description="Weight columns per streamed tile.")
     weights_in: Literal["hbm", "sram"] = Field(
         "hbm", description="Where weights live: streamed from HBM, or resident in SRAM.")

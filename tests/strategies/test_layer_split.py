@@ -24,7 +24,7 @@ def test_counts_become_consecutive_ranges_and_default_to_the_even_split():
     assert [len(r) for r in split_layers(36, 7)] == [6, 5, 5, 5, 5, 5, 5]
     assert stage_layers(10, 3, [2, 5, 3]) == [range(0, 2), range(2, 7), range(7, 10)]
     with pytest.raises(MappingError, match=r"x = \[2, 5, 3\]: gives 3 stages, but the pipeline "
-                                           r"has 4 \(y\); expected 4 layer counts summing to 10"):
+                                           r"has 4 \(y\); expected 4 counts"):
         stage_layers(10, 4, [2, 5, 3], "x", "y")
     with pytest.raises(MappingError, match=r"x = \[2, 5, 4\]: sums to 11 layers, but the model "
                                            r"has 10"):
@@ -54,11 +54,11 @@ def test_the_number_of_counts_sets_the_stages():
     (["workload.layers_per_stage=[12,12]"], r"workload.layers_per_stage: \[12, 12\] sums to 24 "
                                             r"layers, but qwen3_4b has 36"),
     (["workload.layers_per_stage=[12,12,12]", "workload.pipeline_stages=4"],
-     r"gives 3 stages, but pipeline_stages is 4"),
+     r"gives 3 stages, but the pipeline has 4 \(pipeline_stages = 4; or leave it out\)"),
     (["workload.layers_per_stage=[0,36]"], r"workload.layers_per_stage\[0\]: Input should be "
                                            "greater than 0"),
     (["workload.layers_per_stage=[true,35]"], r"workload.layers_per_stage\[0\]: got True, a "
-                                              "boolean; expected a number of layers"),
+                                              "boolean; expected a number"),
     ([f"workload.layers_per_stage=[{','.join(['2'] * 18)}]"],
      r"workload.layers_per_stage = \[2, 2, .*\] \(18 stages\) x tp=4 needs 72 cores; the "
      r"chip has 64 \(expected at most 16 stages at tp=4\)"),
@@ -90,11 +90,10 @@ def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one
 
 @pytest.mark.parametrize("scenario, overrides, error, message", [
     (DISAGG, ["workload.pd.decode_layers_per_stage=[18,18]"], ConfigError,
-     r"workload.pd.decode_layers_per_stage: \[18, 18\] gives 2 stages, but decode_cores / "
-     r"\(decode tp x decode_dp\) = 21 / \(7 x 1\) makes 3; expected 3 counts"),
+     r"workload.pd.decode_layers_per_stage: \[18, 18\] gives 2 stages, but the pipeline has 3 "
+     r"\(decode_cores / \(decode tp x decode_dp\) = 21 / \(7 x 1\)\); expected 3 counts"),
     (DISAGG, ["workload.pd.decode_layers_per_stage=[true,12,23]"], ConfigError,
-     r"workload.pd.decode_layers_per_stage\[0\]: got True, a boolean; expected a number of "
-     r"layers"),
+     r"workload.pd.decode_layers_per_stage\[0\]: got True, a boolean; expected a number"),
     (DISAGG, ["workload.pd.prefill_layers_per_stage=[5,5,5,5,5,5]"], ConfigError,
      r"workload.pd.prefill_layers_per_stage: \[5, 5, 5, 5, 5, 5\] sums to 30 layers, but "
      r"qwen3_4b has 36"),
@@ -104,12 +103,49 @@ def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one
      r"only mode: disaggregation uses it; .*; mode: fusion takes pd.layers_per_stage"),
     # fusion's default cores (the whole chip) are known when the chip is cut
     (FUSION, ["workload.pd.layers_per_stage=[12,12,12]"], MappingError,
-     r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but the 64 cores make 16 "
-     r"\(pipelines of TP 4 groups, 1 of them\); expected 16 counts"),
+     r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but the pipeline has 16 "
+     r"\(64 cores / \(tp 4 x dp 1\)\); expected 16 counts"),
+    (FUSION, ["workload.pd.tp=1", "workload.pd.layers_per_stage=[12,12,12]"], MappingError,
+     r"the pipeline has 36 \(64 cores / \(tp 1 x dp 1\), at most one stage per layer\)"),
+    # more stages than layers: the cores would idle whatever the list, and that is the error
+    (DISAGG, ["workload.pd.prefill_cores=21", "workload.pd.decode_cores=40",
+              "workload.pd.decode_tp=1", "workload.pd.decode_layers_per_stage=[36]"], MappingError,
+     r"workload.pd.decode_cores = 40: 1 pipeline\(s\) of TP 1 groups make 40 stages each, but "
+     r"qwen3_4b has 36 layers"),
     (FUSION, ["workload.pd.cores=32", "workload.pd.layers_per_stage=[12,12,12]"], ConfigError,
-     r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but cores / \(tp x dp\) = "
-     r"32 / \(4 x 1\) makes 8"),
+     r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but the pipeline has 8 "
+     r"\(cores / \(tp x dp\) = 32 / \(4 x 1\)\)"),
 ])
 def test_bad_serving_splits_name_the_field(scenario, overrides, error, message):
     with pytest.raises(error, match=message):
         simulate(scenario, overrides=[*SHORT_SERVING, *overrides])
+
+
+def test_fusion_and_prefill_pools_take_their_lists_too():
+    fused = simulate(FUSION, overrides=[*SHORT_SERVING,
+                                        f"workload.pd.layers_per_stage=[{','.join(['1'] * 15)},21]"]
+                     ).metrics
+    assert fused["replicas"][0]["layers_per_stage"] == [1] * 15 + [21]
+    stages = fused["sa_utilisation_by_stage"]["fused0"]
+    assert stages.index(max(stages)) == 15
+    split = simulate(DISAGG, overrides=[*SHORT_SERVING,
+                                        "workload.pd.prefill_layers_per_stage=[1,1,1,1,1,31]"]
+                     ).metrics
+    prefill = next(r for r in split["replicas"] if r["role"] == "prefill")
+    assert prefill["layers_per_stage"] == [1, 1, 1, 1, 1, 31]
+    stages = next(v for k, v in split["sa_utilisation_by_stage"].items() if k.startswith("prefill"))
+    assert stages.index(max(stages)) == 5
+
+
+def test_the_console_names_the_least_and_the_most_busy_stage(tmp_path, capsys, monkeypatch):
+    from npusim.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # the piped width, whatever the calling shell's
+
+    with pytest.raises(SystemExit) as info:
+        main(["run", DISAGG, "--mode", "analytic", "--set", "workload.trace.limit=6",
+              "--set", "workload.pd.decode_layers_per_stage=[4,4,28]", "--out", str(tmp_path)])
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert info.value.code in (0, None)
+    assert "decode0: stage arrays busy, least / most 16.6% (stage 0) / 94.6% (stage 2)" in out, out
+    assert "prefill1: stage arrays busy, least / most 0.3% on every stage" in out, out

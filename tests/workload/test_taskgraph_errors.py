@@ -75,3 +75,22 @@ def test_expanding_a_collective_with_a_repeated_member_names_it():
     with pytest.raises(MappingError, match=r"lists member 'core0' twice in its group "
                                            r"\['core0', 'core1', 'core0'\]; expected each member once"):
         expand_collectives(graph, lambda endpoint: None)
+
+
+def test_an_unknown_key_with_a_dot_in_it_is_reported_at_that_key(tmp_path, capsys):
+    # "KEY.SUBKEY: ..." messages are reported at a nested key; a key the user wrote with a
+    # dot in it is still found as written first
+    path = tmp_path / "tg.yaml"
+    path.write_text(SCENARIO.replace(
+        "    - {type: collective, name: c, collective: allreduce, group: [core0, core1], "
+        "size_bytes: 1MiB}",
+        "    - {type: host, name: h, duration_ps: 5us, dur.ns: 3}"))
+    code, err = run_cli(["run", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "workload.tasks[0].dur.ns: unknown key for a host task" in err, err
+
+
+def test_a_boolean_core_id_is_refused_not_read_as_core_1(tmp_path, capsys):
+    quickstart = "workloads/scenarios/quickstart.yaml"
+    code, err = run_cli(["run", quickstart, "--set", "workload.cores=[true, 2, 3, 4]",
+                         "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "workload.cores[0]: got True, a boolean; expected a number" in err, err

@@ -84,11 +84,7 @@ def stage_layers(layers: int, stages: int, counts: Sequence[int] | None = None,
     two disagree."""
     if counts is None:
         return split_layers(layers, stages)
-    problem = layer_counts_problem(counts, layers)
-    if problem is None and len(counts) != stages:
-        problem = (f"gives {len(counts)} stages, but the pipeline has {stages}"
-                   + (f" ({why})" if why else "")
-                   + f"; expected {stages} layer counts summing to {layers}")
+    problem = layer_counts_problem(counts, layers, stages=stages, stages_from=why)
     if problem is not None:
         raise MappingError(f"{setting} = {list(counts)}: {problem}")
     out, start = [], 0
@@ -122,7 +118,8 @@ def map_llm(device, config, seed: int = 0) -> Program:
     strategy = get_partition(config.partition)
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
     ranges = stage_layers(layers, stages, counts, "workload.layers_per_stage",
-                          "workload.pipeline_stages")
+                          "workload.pipeline_stages" if config.pipeline_stages else
+                          "the list's length")  # (the config checked the list)
     plans = plan_stages(device, model, config, ranges, groups, all_cores)
     builder = StageBuilder(device, model, config, strategy, width, kv_dtype)
     routing = builder.moe_routing
