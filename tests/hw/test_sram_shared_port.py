@@ -196,3 +196,40 @@ def test_a_host_task_holding_a_unit_waits_in_its_line_too():
         result = run(prepare(built, device), device)
         assert result.starts[op] < result.starts[hold], run.__name__
         assert result.starts[hold] >= result.ends[op]
+
+
+def test_the_port_time_rounds_up_to_whole_cycles():
+    sram = npu(True).parts["core5.sram"]  # 512 B a cycle at 500 MHz: 2 ns a cycle
+    assert [sram.port_time_ps(size) for size in (0, 1, 512, 513, 1 << 20)] == [
+        0, 2000, 2000, 4000, 2048 * 2000]
+
+
+def test_operand_pieces_cover_the_busy_time_spread_over_the_compute_time():
+    import simpy
+
+    from npusim.executor.tlm import OPERAND_PIECE_PS, OPERAND_PIECES_MAX, _stream_operands
+
+    class Port:  # a free port that records what is asked of it and when
+        def __init__(self, env):
+            self.env, self.asked = env, []
+
+        def occupy_port(self, busy, now):
+            self.asked.append((now, busy))
+            return now + busy
+
+    for busy, duration in ((3 * OPERAND_PIECE_PS + 7, 40 * OPERAND_PIECE_PS),
+                           (100 * OPERAND_PIECE_PS + 1, 90 * OPERAND_PIECE_PS),
+                           (OPERAND_PIECE_PS // 2, 5 * OPERAND_PIECE_PS)):
+        env = simpy.Environment()
+        port = Port(env)
+        done = env.process(_stream_operands(env, port, busy, 0, duration))
+        env.run()
+        pieces = min(OPERAND_PIECES_MAX, max(1, busy // OPERAND_PIECE_PS))
+        assert len(port.asked) == pieces
+        assert sum(share for _, share in port.asked) == busy  # nothing dropped
+        # asked for evenly over the compute time, or once the piece before is done
+        ends = [0]
+        for index, (at, share) in enumerate(port.asked):
+            assert at == max(duration * index // pieces, ends[-1])
+            ends.append(at + share)
+        assert done.value == ends[-1]
