@@ -13,7 +13,7 @@ workload:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -55,6 +55,32 @@ class CoreVariant(NumbersNotBooleans):
                                 "128 columns becomes 128 B for 32).")
 
 
+def layers_field(role: str) -> str:
+    """The ``workload.pd`` field giving a pool's layers per pipeline stage."""
+    return "layers_per_stage" if role == "fused" else f"{role}_layers_per_stage"
+
+
+class Pool(NamedTuple):
+    """One pool of pipelines as ``workload.pd`` asks for it: its role ("fused",
+    "prefill" or "decode"), cores (None: fusion's default, the whole chip, not known
+    before the chip is built), TP and DP."""
+
+    role: str
+    cores: int | None
+    tp: int
+    dp: int
+
+    @property
+    def cores_field(self) -> str:
+        return "cores" if self.role == "fused" else f"{self.role}_cores"
+
+    @property
+    def stage_count(self) -> str:
+        """How its stages are counted, in the config's words."""
+        return ("cores / (tp x dp)" if self.role == "fused" else
+                f"{self.role}_cores / ({self.role} tp x {self.role}_dp)")
+
+
 class PdConfig(NumbersNotBooleans):
     """How prefill and decode share the chip (NpuSim §4.3)."""
 
@@ -88,6 +114,13 @@ class PdConfig(NumbersNotBooleans):
     decode_core: CoreVariant | None = Field(
         None, description="Heterogeneous disaggregation: decode cores with a different "
                           "systolic size / HBM bandwidth than the chip preset.")
+
+    def pools(self, chip_cores: int | None = None) -> list[Pool]:
+        """The mode's pools; fusion's default cores are ``chip_cores``."""
+        if self.mode == "fusion":
+            return [Pool("fused", self.cores or chip_cores, self.tp, self.dp)]
+        return [Pool("prefill", self.prefill_cores, self.prefill_tp or self.tp, self.prefill_dp),
+                Pool("decode", self.decode_cores, self.decode_tp or self.tp, self.decode_dp)]
 
     @model_validator(mode="after")
     def _check(self) -> "PdConfig":
@@ -269,22 +302,19 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
         # (npu_backend.build_replicas).
         from npusim.workload.models import load_model
 
-        pd = self.pd
-        for name, pool in layer_pools(pd):
-            counts = getattr(pd, name)
+        for pool in self.pd.pools():
+            counts = getattr(self.pd, layers_field(pool.role))
             if counts is None:
                 continue
             model = load_model(self.model)
             layers = model.num_hidden_layers
             stages, stages_from = None, ""
-            if pool is not None:
-                cores_field, cores, tp, dp, per = pool
-                if cores // (tp * dp) <= layers:
-                    stages = pool_stages(cores, tp, dp, layers)
-                    stages_from = f"{cores_field} / ({per}) = {cores} / ({tp} x {dp})"
+            if pool.cores is not None and pool.cores // (pool.tp * pool.dp) <= layers:
+                stages = pool_stages(pool.cores, pool.tp, pool.dp, layers)
+                stages_from = f"{pool.stage_count} = {pool.cores} / ({pool.tp} x {pool.dp})"
             problem = layer_counts_problem(counts, layers, model.name, stages, stages_from)
             if problem:
-                raise ValueError(f"pd.{name}: {counts} {problem}")
+                raise ValueError(f"pd.{layers_field(pool.role)}: {counts} {problem}")
         return self
 
     @model_validator(mode="after")
@@ -294,20 +324,6 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                              "scheduler.chunk_kv: recompute keeps none between a prompt's "
                              "chunks; expected chunk_kv: keep with prefix caching")
         return self
-
-
-def layer_pools(pd: PdConfig) -> list[tuple[str, tuple | None]]:
-    """The mode's layer-list fields, each with its pool as ``(cores field, cores, tp, dp,
-    "how the stages are counted")``, or None where the config leaves the cores to the
-    chip (fusion's default)."""
-    if pd.mode == "fusion":
-        return [("layers_per_stage", None if pd.cores is None else
-                 ("cores", pd.cores, pd.tp, pd.dp, "tp x dp"))]
-    return [("prefill_layers_per_stage", ("prefill_cores", pd.prefill_cores,
-                                          pd.prefill_tp or pd.tp, pd.prefill_dp,
-                                          "prefill tp x prefill_dp")),
-            ("decode_layers_per_stage", ("decode_cores", pd.decode_cores, pd.decode_tp or pd.tp,
-                                         pd.decode_dp, "decode tp x decode_dp"))]
 
 
 @register("workload", ServingWorkloadConfig)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from npusim.core import registry
 from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import TaskGraph
+from npusim.serving.config import layers_field
 from npusim.serving.interpolation import decode_corners, token_corners
 from npusim.serving.state import Entry
 from npusim.strategies.npu.llm_mapping import stage_layers
@@ -273,11 +274,6 @@ def _shape_key(chunks: tuple[SequenceChunk, ...]) -> tuple:
     return prefills, len(decodes), sum(decodes)
 
 
-#: The ``workload.pd`` field giving a role's layers per pipeline stage.
-LAYER_COUNTS = {"fused": "layers_per_stage", "prefill": "prefill_layers_per_stage",
-                "decode": "decode_layers_per_stage"}
-
-
 def build_replicas(device, config, model, max_request_tokens: int) -> list[Replica]:
     """Cut the chip into replicas as ``config.pd`` says; plan each one's memory."""
     noc = device.config.noc
@@ -285,20 +281,15 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     pd = config.pd
     place = registry.lookup("placement", config.placement.kind).impl
     layers = model.num_hidden_layers
-    roles: list[tuple[str, int, int, int]] = []  # (role, cores, tp, dp)
-    if pd.mode == "fusion":
-        if pd.cores is not None and pd.cores > total:
-            raise MappingError(f"workload.pd.cores = {pd.cores} exceeds the chip's {total} cores")
-        cores = pd.cores or total
-        roles.append(("fused", cores, pd.tp, pd.dp))
-    else:
-        if pd.prefill_cores + pd.decode_cores > total:
-            raise MappingError(f"workload.pd: prefill_cores + decode_cores = "
-                               f"{pd.prefill_cores + pd.decode_cores} exceeds the chip's {total} cores")
-        roles.append(("prefill", pd.prefill_cores, pd.prefill_tp or pd.tp, pd.prefill_dp))
-        roles.append(("decode", pd.decode_cores, pd.decode_tp or pd.tp, pd.decode_dp))
-    for role, cores, tp, dp in roles:  # before any replica is built (or fails to fit)
-        cores_field = "cores" if role == "fused" else f"{role}_cores"
+    if pd.mode == "fusion" and pd.cores is not None and pd.cores > total:
+        raise MappingError(f"workload.pd.cores = {pd.cores} exceeds the chip's {total} cores")
+    if pd.mode == "disaggregation" and pd.prefill_cores + pd.decode_cores > total:
+        raise MappingError(f"workload.pd: prefill_cores + decode_cores = "
+                           f"{pd.prefill_cores + pd.decode_cores} exceeds the chip's {total} cores")
+    roles = pd.pools(total)
+    for pool in roles:  # before any replica is built (or fails to fit)
+        role, cores, tp, dp = pool
+        cores_field = pool.cores_field
         if cores // tp // dp > layers and (role != "fused" or pd.cores is not None):
             # A stage holds at least one layer: asked-for cores beyond that would idle.
             # (Fusion's default, the whole chip, uses what the layers can fill.)
@@ -307,7 +298,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
                 f"{cores // tp // dp} stages each, but {model.name} has {layers} layers (one "
                 f"or more per stage), so {cores - layers * tp * dp} cores would sit idle; "
                 f"expected at most {layers * tp * dp} cores, or a larger TP or DP")
-        counts = getattr(pd, LAYER_COUNTS[role])
+        counts = getattr(pd, layers_field(role))
         if counts is not None:  # (the config checked the pools whose cores it gives)
             stages = pool_stages(cores, tp, dp, layers)
             capped = ", at most one stage per layer" if stages < cores // tp // dp else ""
@@ -316,7 +307,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
                 f"{cores} {'' if role == 'fused' else role + ' '}cores / (tp {tp} x dp {dp})"
                 f"{capped}")
             if problem:
-                raise MappingError(f"workload.pd.{LAYER_COUNTS[role]}: {counts} {problem}")
+                raise MappingError(f"workload.pd.{layers_field(role)}: {counts} {problem}")
     replicas: list[Replica] = []
     key_ids: dict = {}
     taken: set[int] = set()
@@ -436,7 +427,7 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         stream_chunk_bytes=config.stream_chunk_bytes)
     everyone = Group(tuple(core for group in groups for core in group.cores))
     ranges = stage_layers(model.num_hidden_layers, len(groups),
-                          getattr(config.pd, LAYER_COUNTS[role]), f"workload.pd.{LAYER_COUNTS[role]}",
+                          getattr(config.pd, layers_field(role)), f"workload.pd.{layers_field(role)}",
                           "its pool's stages")  # (build_replicas checked the list)
     sram = device.config.core.sram.capacity_bytes
     kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
