@@ -19,6 +19,7 @@ from npusim.core import registry
 from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, TraceError,
                                  with_source)
 from npusim.core.units import PS_PER_S
+from npusim.executor.base import OPERAND_STALL
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.hw.base import ComputeUnit, MemoryTarget
@@ -232,5 +233,13 @@ def _metrics(latency_ps: int, unit_stats: dict[str, dict[str, int]], info: dict[
         "memo": {"hits": memo.hits, "misses": memo.misses, "hit_rate": memo.hit_rate,
                  **({"blends": memo.blends} if memo.blends else {})},
     }
+    # On a shared scratchpad port, compute units wait for operands behind transfers: how
+    # long in all, and as a share of the time those units were held (compute + stall).
+    stall = sum(stats.get(OPERAND_STALL, 0) for stats in unit_stats.values())
+    if stall:
+        held = stall + sum(stats.get("busy_ps", 0) for stats in unit_stats.values()
+                           if stats.get("ops"))
+        metrics["operand_stall_ps"] = stall
+        metrics["operand_stall_share"] = stall / held
     metrics.update({key: value for key, value in info.items() if key not in metrics})
     return metrics

@@ -95,6 +95,10 @@ def _summary_table(result) -> None:
         table.add_row("FLOPs of peak (MFU): chip / used units",
                       f"{100 * metrics['flops_utilisation']:.1f}% / "
                       f"{100 * metrics['flops_utilisation_of_used_units']:.1f}%")
+    if metrics.get("operand_stall_ps"):
+        table.add_row("operand stalls (shared SRAM port)",
+                      f"{format_time_ps(metrics['operand_stall_ps'])} "
+                      f"({100 * metrics['operand_stall_share']:.1f}% of compute units' time)")
     for level, share in metrics.get("bandwidth_utilisation_by_level", {}).items():
         if share:
             table.add_row(f"bandwidth of peak @ {level}", f"{100 * share:.1f}%")

@@ -21,8 +21,9 @@ from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, not_
 
-from npusim.executor.base import (SRAM_OPERAND_READ, SRAM_OPERAND_WRITTEN, SegmentRun,
-                                  host_resource, operand_port_busy, operand_sram_bytes)
+from npusim.executor.base import (OPERAND_STALL, SRAM_OPERAND_PORT, SRAM_OPERAND_READ,
+                                  SRAM_OPERAND_WRITTEN, SegmentRun, host_resource,
+                                  operand_port_busy, operand_sram_bytes)
 from npusim.hw.devices.base import Device
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 
@@ -59,7 +60,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     # Counters are added once per distinct (unit, op) and per distinct transfer shape at
     # the end rather than per task: integer sums, so the totals are the same.
     # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port, stalled]``
-    # (``port``: ``(name, busy ps)`` on a shared scratchpad port, else None; ``stalled``:
+    # (``port``: ``(name, busy ps, memory)`` on a shared scratchpad port, else None; ``stalled``:
     # the time its tasks held the unit waiting for operands, in all): equal ops are
     # shared between tasks by the lowerings, so the closed-form time is looked up once.
     computes: dict[tuple[str, int], list] = {}
@@ -86,7 +87,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 op = task.op
                 port = operand_port_busy(device, unit, op)
                 entry = computes[key] = [device.compute_unit(unit).op_time_ps(op), 0, unit, op,
-                                         port and (port[0], port[2]), 0]
+                                         port and (port[0], port[2], port[1]), 0]
             duration = entry[0]
             start = free_get(unit, 0)
             if start < ready:
@@ -112,7 +113,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if port is not None:
                 # The operands queue behind earlier transfers on the port, and the op
                 # ends when both it and its operands are done.
-                name, busy = port
+                name, busy, _ = port
                 served = free_get(name, 0)
                 if served < start:
                     served = start
@@ -207,13 +208,20 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
     ``hop_bytes`` (bytes x router-to-router hops, from each transfer shape's route), so
     that energy charges every hop crossed, as the tlm level's per-link bytes do.  A compute
     unit gets its operands' scratchpad traffic (``sram_operand_bytes_read``/``_written``),
-    once per distinct op times its occurrences, when nonzero (as tlm counts them)."""
+    once per distinct op times its occurrences, when nonzero (as tlm counts them); on a
+    shared port also its ``operand_stall_ps``, and the scratchpad its ``operand_port_ps``."""
     names = {id(part): name for name, part in device.parts.items()}
     counts: dict[str, list[int]] = {}
     hop_bytes: dict[str, int] = {}  # only parts whose stages have a known hop count
-    operands: dict[str, list[int]] = {}  # unit -> [bytes read, bytes written]
+    extras: dict[str, dict[str, int]] = {}  # part -> its nonzero extra counters
     parts = device.parts
-    for duration, occurrences, unit, op, _, _ in computes.values():
+
+    def add_extra(name: str, key: str, amount: int) -> None:
+        if amount:
+            into = extras.setdefault(name, {})
+            into[key] = into.get(key, 0) + amount
+
+    for duration, occurrences, unit, op, port, stalled in computes.values():
         row = counts.get(unit)
         if row is None:
             row = counts[unit] = [0] * 6
@@ -221,12 +229,11 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
         row[1] += occurrences
         row[2] += op.flops * occurrences
         read, written = operand_sram_bytes(parts[unit], op)
-        if read or written:
-            moved = operands.get(unit)
-            if moved is None:
-                moved = operands[unit] = [0, 0]
-            moved[0] += read * occurrences
-            moved[1] += written * occurrences
+        add_extra(unit, SRAM_OPERAND_READ, read * occurrences)
+        add_extra(unit, SRAM_OPERAND_WRITTEN, written * occurrences)
+        add_extra(unit, OPERAND_STALL, stalled)
+        if port is not None:
+            add_extra(names[id(port[2])], SRAM_OPERAND_PORT, port[1] * occurrences)
     for accounting, occurrences in transfers.values():
         for part, action, busy, size, chunks, hops_x_bytes in accounting:
             name = names[id(part)]
@@ -239,16 +246,18 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
             if hops_x_bytes is not None:
                 hop_bytes[name] = hop_bytes.get(name, 0) + hops_x_bytes * occurrences
     order = {name: index for index, name in enumerate(device.parts)}
-    out = {name: dict(zip(_COUNTERS, row))
-           for name, row in sorted(counts.items(), key=lambda item: order[item[0]])
-           if any(row)}
-    for name, value in hop_bytes.items():
-        if name in out:
-            out[name]["hop_bytes"] = value
-    for name, (read, written) in operands.items():
-        if name in out:  # tlm's ``extra`` keys come sorted: read before written
-            if read:
-                out[name][SRAM_OPERAND_READ] = read
-            if written:
-                out[name][SRAM_OPERAND_WRITTEN] = written
+    out = {}
+    # A part is reported when any counter is nonzero, its extras included (a scratchpad
+    # that only served operands on a shared port), in the device's part order, with its
+    # extras sorted by name after the common counters, as tlm's ``UnitStats.as_dict``.
+    for name in sorted(counts.keys() | extras.keys(), key=order.__getitem__):
+        row = counts.get(name, [0] * 6)
+        extra = extras.get(name)
+        if not (any(row) or extra):
+            continue
+        out[name] = values = dict(zip(_COUNTERS, row))
+        if extra:
+            values.update(sorted(extra.items()))
+        if name in hop_bytes:
+            values["hop_bytes"] = hop_bytes[name]
     return out

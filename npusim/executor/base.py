@@ -62,6 +62,12 @@ def prepare(graph: TaskGraph, device: Device) -> TaskGraph:
 #: ``bytes_read``/``bytes_written``, which are transfers (DMA) on the memory parts.
 SRAM_OPERAND_READ = "sram_operand_bytes_read"
 SRAM_OPERAND_WRITTEN = "sram_operand_bytes_written"
+#: On a shared scratchpad port (``hw.core.sram.shared_port``): a compute unit's time held
+#: past its compute time, waiting for its operands behind transfers (its ``busy_ps``
+#: stays the compute time), and a scratchpad's port time taken by operands (its
+#: ``busy_ps`` stays the transfers').  Counted only when nonzero.
+OPERAND_STALL = "operand_stall_ps"
+SRAM_OPERAND_PORT = "operand_port_ps"
 
 
 def operand_sram_bytes(unit, op) -> tuple[int, int]:
@@ -85,10 +91,13 @@ def operand_port_busy(device: Device, unit: str, op) -> tuple[str, Any, int] | N
     return (port[0], port[1], busy) if busy else None
 
 
-def account_compute(device: Device, task: ComputeTask, duration_ps: int) -> None:
+def account_compute(device: Device, task: ComputeTask, duration_ps: int,
+                    port: tuple[str, Any, int] | None = None, stall_ps: int = 0) -> None:
     """Executors, not units, count compute work: units only give times (pure formulas).
     Operand traffic goes into the unit's ``extra`` counters only when nonzero, as the
-    analytic level's :func:`~npusim.executor.analytic._unit_stats` adds them."""
+    analytic level's :func:`~npusim.executor.analytic._unit_stats` adds them; so do, on
+    a shared port (``port`` from :func:`operand_port_busy`), the unit's operand stall and
+    the port time its operands took on the scratchpad."""
     part = device.parts[task.unit]
     stats = part.stats
     stats.busy_ps += duration_ps
@@ -99,6 +108,10 @@ def account_compute(device: Device, task: ComputeTask, duration_ps: int) -> None
         stats.add(SRAM_OPERAND_READ, read)
     if written:
         stats.add(SRAM_OPERAND_WRITTEN, written)
+    if stall_ps:
+        stats.add(OPERAND_STALL, stall_ps)
+    if port is not None:
+        port[1].stats.add(SRAM_OPERAND_PORT, port[2])
 
 
 def host_resource(task: HostTask) -> str | None:

@@ -122,7 +122,7 @@ def run_tlm(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                     if served > end:
                         end = served
                 yield env.timeout(end - env.now)
-            account_compute(device, task, duration)
+            account_compute(device, task, duration, port, end - start - duration)
         elif isinstance(task, TransferTask):
             starts[task.id] = env.now
             yield from device.transfer_process(env, task, seed)

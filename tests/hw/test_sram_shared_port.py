@@ -4,9 +4,13 @@ queue for one port of ``bytes_per_cycle``, in both fidelities."""
 
 from __future__ import annotations
 
+import json
+
+import pandas as pd
 import pytest
 
 from npusim.api import build_device
+from npusim.cli import main
 from npusim.config.loader import scenario_from_dict
 from npusim.executor.analytic import run_analytic
 from npusim.executor.base import prepare
@@ -233,3 +237,53 @@ def test_operand_pieces_cover_the_busy_time_spread_over_the_compute_time():
             assert at == max(duration * index // pieces, ends[-1])
             ends.append(at + share)
         assert done.value == ends[-1]
+
+
+def test_stalls_and_the_operands_port_time_are_counted_apart_from_busy_time():
+    # The GEMM needs more port time than compute time, so the array is held past its
+    # compute time: that stall is the array's operand_stall_ps, its busy_ps stays the
+    # compute time, and the scratchpad counts the operands' port time beside the
+    # transfer's busy time, in both fidelities; without a shared port neither appears.
+    shared = npu(True)
+    gemm = shared.parts["core5.sa"].op_time_ps(Op("gemm", **GEMM))
+    read, written = shared.parts["core5.sa"].operand_bytes(Op("gemm", **GEMM))
+    operands = shared.parts["core5.sram"].port_time_ps(read + written)
+    for run in (run_analytic, run_tlm):
+        segment = run(graph(shared), shared)
+        array, sram = segment.unit_stats["core5.sa"], segment.unit_stats["core5.sram"]
+        assert array["busy_ps"] == gemm
+        held = segment.ends[0] - segment.starts[0]
+        assert array["operand_stall_ps"] == held - gemm > 0, run
+        assert sram["operand_port_ps"] == operands, run
+        assert sram["bytes_written"] == DMA_BYTES  # the transfer's bytes, not the operands'
+        # a scratchpad that only served operands is still reported, in both levels alike
+        alone = run(graph(shared, dma=False), shared).unit_stats
+        assert alone["core5.sram"]["operand_port_ps"] == operands
+        assert list(alone) == ["core5.sa", "core5.sram"]
+    private = npu(False)
+    for run in (run_analytic, run_tlm):
+        stats = run(graph(private), private).unit_stats
+        assert "operand_stall_ps" not in stats["core5.sa"]
+        assert "operand_port_ps" not in stats["core5.sram"]
+    # the two levels report the same counters in the same order
+    assert (list(run_analytic(graph(shared), shared).unit_stats["core5.sa"])
+            == list(run_tlm(graph(shared), shared).unit_stats["core5.sa"]))
+
+
+def test_a_run_reports_its_operand_stalls_only_on_a_shared_port(tmp_path, capsys):
+    scenario = "workloads/scenarios/qwen3_4b_npu64.yaml"
+    args = ["run", scenario, "--mode", "analytic", "--prompt-len", "256", "--output-len", "2"]
+    with pytest.raises(SystemExit):
+        main([*args, "--out", str(tmp_path / "own")])
+    assert "operand stalls" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--out", str(tmp_path / "shared"), "--set", "hw.core.sram.shared_port=true"])
+    assert "operand stalls (shared SRAM port)" in capsys.readouterr().out
+    metrics = json.loads((tmp_path / "shared/metrics.json").read_text())
+    units = pd.read_csv(tmp_path / "shared/units.csv").set_index("unit")
+    assert metrics["operand_stall_ps"] == units["operand_stall_ps"].sum() > 0
+    compute = units[units["ops"] > 0]
+    held = compute["busy_ps"].sum() + compute["operand_stall_ps"].sum()
+    assert metrics["operand_stall_share"] == pytest.approx(metrics["operand_stall_ps"] / held)
+    assert units.loc[units.index.str.endswith(".sram"), "operand_port_ps"].sum() > 0
+    assert "operand_stall_ps" not in json.loads((tmp_path / "own/metrics.json").read_text())
