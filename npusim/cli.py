@@ -77,13 +77,17 @@ def _summary_table(result) -> None:
                           f"{100 * hbm_share.get(replica, 0.0):.1f}%")
             stages = by_stage.get(replica, [])
             if len(stages) > 1:
-                low = min(range(len(stages)), key=stages.__getitem__)
-                high = max(range(len(stages)), key=stages.__getitem__)
                 table.add_row(f"{replica}: stage arrays busy, least / most",
-                              f"{100 * stages[low]:.1f}% (stage {low}) / "
-                              f"{100 * stages[high]:.1f}% (stage {high})"
-                              if f"{stages[low]:.3f}" != f"{stages[high]:.3f}" else
-                              f"{100 * stages[low]:.1f}% on every stage")
+                              _least_most(stages))
+        for index, replica in enumerate(metrics.get("replicas", [])):
+            name = f"{replica['role']}{index}"  # replicas are listed in index order
+            memory = replica.get("memory_by_stage", [])
+            if memory:
+                table.add_row(f"{name}: weights held in SRAM, least / most",
+                              _least_most([stage["weights_in_sram"] for stage in memory]))
+    if metrics.get("memory_by_stage"):
+        table.add_row("weights held in SRAM, least / most stage",
+                      _least_most([stage["weights_in_sram"] for stage in metrics["memory_by_stage"]]))
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
@@ -116,6 +120,17 @@ def _summary_table(result) -> None:
     table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
     table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")
     console().print(table)
+
+
+def _least_most(shares: list[float]) -> str:
+    """``least% (stage i) / most% (stage j)`` of per-stage shares, or ``x% on every
+    stage`` when they agree to a tenth of a percent (one stage: that stage's share)."""
+    low = min(range(len(shares)), key=shares.__getitem__)
+    high = max(range(len(shares)), key=shares.__getitem__)
+    if f"{shares[low]:.3f}" == f"{shares[high]:.3f}":
+        return f"{100 * shares[low]:.1f}% on every stage"
+    return (f"{100 * shares[low]:.1f}% (stage {low}) / "
+            f"{100 * shares[high]:.1f}% (stage {high})")
 
 
 def _milliseconds(values: list[float]) -> str:

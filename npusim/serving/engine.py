@@ -432,6 +432,7 @@ class ServingDriver(KvAdmission):
                 "scheduler": self.config.scheduler.kind,
                 "replicas": [{"role": r.role, "stages": len(r.groups),
                               "layers_per_stage": [len(plan.layers) for plan in r.plans],
+                              "memory_by_stage": [plan.summary() for plan in r.plans],
                               "cores": len(r.cores),
                               "core_ids": list(r.cores), "core": self._core_summary(r.cores[0]),
                               "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}

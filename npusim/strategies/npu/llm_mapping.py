@@ -127,7 +127,8 @@ def map_llm(device, config, seed: int = 0) -> Program:
     program = Program(info={"model": model.name, "tp": tp, "pipeline_stages": stages,
                             "placement": config.placement.kind,
                             "partition": config.partition.kind, "batch": config.batch,
-                            "prompt_len": config.prompt_len, "output_len": config.output_len})
+                            "prompt_len": config.prompt_len, "output_len": config.output_len,
+                            "memory_by_stage": [plan.summary() for plan in plans]})
     phases: list[str] = []
     windows: list[tuple[int, int]] = []  # MoE: run tokens (first, count) of each iteration
     hand_offs = [hand_off(device, groups[index - 1] if index else None, group)

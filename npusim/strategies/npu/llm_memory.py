@@ -42,6 +42,17 @@ class StagePlan:
     hbm_weight_bytes: int = 0        # per core
     kv_capacity_tokens: int = 0      # KV tokens (all sequences) SRAM blocks + HBM ring hold
 
+    def summary(self) -> dict[str, int | float]:
+        """What one core of the stage keeps where (bytes): SRAM taken by activation and
+        tile buffers, KV blocks and resident weights, the weights streamed from HBM on
+        every use, and the share of the core's weights SRAM holds (1.0 with none)."""
+        weights = self.sram_used_bytes.get("weights", 0)
+        total = weights + self.hbm_weight_bytes
+        return {"sram_buffer_bytes": self.sram_used_bytes.get("buffers", 0),
+                "sram_kv_bytes": self.sram_used_bytes.get("kv", 0),
+                "sram_weight_bytes": weights, "hbm_weight_bytes": self.hbm_weight_bytes,
+                "weights_in_sram": weights / total if total else 1.0}
+
     def kv_read_hbm_fraction(self, context_len: int) -> float:
         """Share of a read of ``context_len`` cached tokens that comes from HBM."""
         if context_len <= 0:
