@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from npusim.core import registry
 from npusim.core.registry import NumbersNotBooleans
@@ -39,6 +39,18 @@ class RunConfig(NumbersNotBooleans):
                           "npusim/hw/energy.py")
 
 
+def _workload_fits_device(scenario: BaseModel) -> BaseModel:
+    """A workload that asks for more of the device than it has (more cores than the chip)
+    is refused when the scenario is read, at the workload's field, rather than when its
+    mapping runs: a sweep then refuses such a point before any point runs."""
+    check = getattr(scenario.workload, "hw_problem", None)
+    problem = check(scenario.hw) if check is not None else None
+    if problem:
+        field, message = problem
+        raise ValueError(f"{field}: {message}")
+    return scenario
+
+
 @cache
 def scenario_model() -> type[BaseModel]:
     """The pydantic model of a whole scenario (built once from the registry)."""
@@ -54,4 +66,5 @@ def scenario_model() -> type[BaseModel]:
         hw=(registry.config_union("device"), Field(description="The device (kind: npu, ...).")),
         workload=(registry.config_union("workload"), Field(description="What to run (kind: gemm, ...).")),
         run=(RunConfig, Field(default_factory=RunConfig, description="Run settings.")),
+        __validators__={"_workload_fits_device": model_validator(mode="after")(_workload_fits_device)},
     )

@@ -122,6 +122,15 @@ class PdConfig(NumbersNotBooleans):
         return [Pool("prefill", self.prefill_cores, self.prefill_tp or self.tp, self.prefill_dp),
                 Pool("decode", self.decode_cores, self.decode_tp or self.tp, self.decode_dp)]
 
+    def chip_problem(self, cores: int) -> tuple[str, str] | None:
+        """``(field path, message)`` if the pools ask for more than a ``cores``-core chip."""
+        if self.mode == "fusion" and self.cores is not None and self.cores > cores:
+            return "workload.pd.cores", f"{self.cores} exceeds the chip's {cores} cores"
+        if self.mode == "disaggregation" and self.prefill_cores + self.decode_cores > cores:
+            return ("workload.pd", f"prefill_cores + decode_cores = "
+                    f"{self.prefill_cores + self.decode_cores} exceeds the chip's {cores} cores")
+        return None
+
     @model_validator(mode="after")
     def _check(self) -> "PdConfig":
         if self.mode == "disaggregation" and (self.prefill_cores is None or self.decode_cores is None):
@@ -324,6 +333,9 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                              "scheduler.chunk_kv: recompute keeps none between a prompt's "
                              "chunks; expected chunk_kv: keep with prefix caching")
         return self
+
+    def chip_problem(self, cores: int) -> tuple[str, str] | None:
+        return self.pd.chip_problem(cores)
 
 
 @register("workload", ServingWorkloadConfig)

@@ -281,11 +281,11 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     pd = config.pd
     place = registry.lookup("placement", config.placement.kind).impl
     layers = model.num_hidden_layers
-    if pd.mode == "fusion" and pd.cores is not None and pd.cores > total:
-        raise MappingError(f"workload.pd.cores = {pd.cores} exceeds the chip's {total} cores")
-    if pd.mode == "disaggregation" and pd.prefill_cores + pd.decode_cores > total:
-        raise MappingError(f"workload.pd: prefill_cores + decode_cores = "
-                           f"{pd.prefill_cores + pd.decode_cores} exceeds the chip's {total} cores")
+    problem = pd.chip_problem(total)  # (a scenario was checked when read: a backstop)
+    if problem:
+        field, message = problem
+        raise MappingError(f"{field} = {message}" if field.endswith(".cores") else
+                           f"{field}: {message}")
     roles = pd.pools(total)
     for pool in roles:  # before any replica is built (or fails to fit)
         role, cores, tp, dp = pool

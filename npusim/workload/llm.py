@@ -163,6 +163,17 @@ class ModelMappingChecks(BaseModel):
             raise ValueError(str(exc)) from None
         return value
 
+    def chip_problem(self, cores: int) -> tuple[str, str] | None:
+        """``(field path, message)`` if this workload asks for more of a ``cores``-core
+        chip than it has, else None: checked when a scenario is read, so a bad point of
+        a sweep is refused before anything runs, and again by the mapping."""
+        return None
+
+    def hw_problem(self, hw: Any) -> tuple[str, str] | None:
+        """:meth:`chip_problem` for the device ``hw`` describes (if it counts cores)."""
+        cores = getattr(hw, "num_cores", None)
+        return self.chip_problem(cores) if isinstance(cores, int) else None
+
     @field_validator("placement", check_fields=False)
     @classmethod
     def _placement(cls, value: Any) -> Any:
@@ -262,6 +273,20 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
     def total_len(self) -> int:
         """Tokens a request holds at its end (prompt + generated)."""
         return self.prompt_len + self.output_len
+
+    def chip_problem(self, cores: int) -> tuple[str, str] | None:
+        tp = self.tp
+        if tp > cores:
+            return "workload.tp", f"{tp} exceeds the chip's {cores} cores"
+        counts = self.layers_per_stage
+        stages = self.pipeline_stages or (len(counts) if counts else 0)
+        if stages * tp > cores:
+            field, asked = (("workload.pipeline_stages", f"{stages}")
+                            if self.pipeline_stages or not counts else
+                            ("workload.layers_per_stage", f"{list(counts)} ({stages} stages)"))
+            return field, (f"{asked} x tp={tp} needs {stages * tp} cores; the chip has {cores} "
+                           f"(expected at most {cores // tp} stages at tp={tp})")
+        return None
 
 
 def mapper_for(device: Any):

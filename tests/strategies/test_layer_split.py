@@ -60,7 +60,7 @@ def test_the_number_of_counts_sets_the_stages():
     (["workload.layers_per_stage=[true,35]"], r"workload.layers_per_stage\[0\]: got True, a "
                                               "boolean; expected a number"),
     ([f"workload.layers_per_stage=[{','.join(['2'] * 18)}]"],
-     r"workload.layers_per_stage = \[2, 2, .*\] \(18 stages\) x tp=4 needs 72 cores; the "
+     r"workload.layers_per_stage: \[2, 2, .*\] \(18 stages\) x tp=4 needs 72 cores; the "
      r"chip has 64 \(expected at most 16 stages at tp=4\)"),
 ])
 def test_bad_llm_splits_name_the_field(overrides, message):

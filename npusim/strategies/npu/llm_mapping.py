@@ -100,16 +100,12 @@ def map_llm(device, config, seed: int = 0) -> Program:
     noc = device.config.noc
     width, height, cores = noc.width, noc.height, device.num_cores
     tp = config.tp
-    if tp > cores:
-        raise MappingError(f"workload.tp={tp} exceeds the chip's {cores} cores")
+    problem = config.chip_problem(cores)  # (a scenario was checked when read: a backstop)
+    if problem:
+        raise MappingError(f"{problem[0]} = {problem[1]}")
     layers = model.num_hidden_layers
     counts = config.layers_per_stage
     stages = config.pipeline_stages or (len(counts) if counts else min(cores // tp, layers))
-    if stages * tp > cores:
-        asked = (f"workload.pipeline_stages={stages}" if config.pipeline_stages or not counts
-                 else f"workload.layers_per_stage = {list(counts)} ({stages} stages)")
-        raise MappingError(f"{asked} x tp={tp} needs {stages * tp} cores; the chip has {cores} "
-                           f"(expected at most {cores // tp} stages at tp={tp})")
     if stages > layers:
         raise MappingError(f"workload.pipeline_stages={stages} exceeds the model's {layers} layers")
     place = registry.lookup("placement", config.placement.kind).impl
