@@ -79,6 +79,9 @@ def _summary_table(result) -> None:
             if len(stages) > 1:
                 table.add_row(f"{replica}: stage arrays busy, least / most",
                               _least_most(stages))
+        if metrics.get("cores_idle"):
+            table.add_row("cores no pool uses (cores_idle)",
+                          f"{metrics['cores_idle']} of {metrics['chip_cores']}")
         for index, replica in enumerate(metrics.get("replicas", [])):
             name = f"{replica['role']}{index}"  # replicas are listed in index order
             memory = replica.get("memory_by_stage", [])

@@ -436,6 +436,11 @@ class ServingDriver(KvAdmission):
                               "cores": len(r.cores),
                               "core_ids": list(r.cores), "core": self._core_summary(r.cores[0]),
                               "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
+        # Cores no pool uses (a fused pool deeper than the layers, a split that leaves a
+        # remainder): said, since the chip's peak and area still count them.
+        chip_cores = self.device.num_cores
+        info.update(chip_cores=chip_cores,
+                    cores_idle=chip_cores - sum(len(r.cores) for r in reps))
         # The run's latency is the serving window, as the rates use: from the first
         # arrival (a trace need not start at 0) to the end of the last work.
         first_ps = min((s.request.arrival_ps for s in states), default=0)

@@ -19,7 +19,7 @@ from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.config import layers_field
 from npusim.serving.interpolation import decode_corners, token_corners
 from npusim.serving.state import Entry
-from npusim.strategies.npu.llm_mapping import stage_layers
+from npusim.strategies.npu.llm_mapping import split_layers, stage_layers
 from npusim.strategies.npu.stage_builder import StageBuilder, hand_off, plan_key
 from npusim.strategies.npu.heads import busiest_kv_heads, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan, plan_stages
@@ -312,7 +312,8 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     key_ids: dict = {}
     taken: set[int] = set()
     # Decode pools are placed first, so they get the centre of the mesh (Fig. 6).
-    for role, cores, tp, dp in sorted(roles, key=lambda r: r[0] != "decode"):
+    for pool in sorted(roles, key=lambda r: r[0] != "decode"):
+        role, cores, tp, dp = pool
         if cores < tp * dp:
             raise MappingError(f"workload.pd: {role} needs at least tp x dp = {tp * dp} cores, got {cores}")
         groups_total = total // tp
@@ -362,10 +363,31 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
         if role == "decode" and pd.decode_core is not None:
             _specialise_cores(device, tuple(c for g in chosen for c in g.cores), pd.decode_core)
         for r in range(dp):
-            replicas.append(_replica(device, config, model, role, len(replicas),
-                                     chosen[r * stages:(r + 1) * stages], tp, max_request_tokens,
-                                     key_ids))
+            try:
+                replicas.append(_replica(device, config, model, role, len(replicas),
+                                         chosen[r * stages:(r + 1) * stages], tp,
+                                         max_request_tokens, key_ids))
+            except MappingError as exc:  # a core's memory plan: say whose core it is
+                split = (getattr(pd, layers_field(role))
+                         or [len(r) for r in split_layers(layers, stages)])
+                raise MappingError(
+                    f"the {role} pool (workload.pd.{pool.cores_field} = {cores}: {dp} "
+                    f"pipeline(s) of {stages} stages at TP {tp}, layers per stage "
+                    f"{_runs(split)}): {exc}") from None
     return replicas
+
+
+def _runs(counts) -> str:
+    """``[9, 9, 9, 9]`` as ``9 x 4``, ``[6, 5, 5]`` as ``6, 5 x 2``: a list said briefly."""
+    parts, values = [], list(counts)
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        parts.append(f"{values[i]} x {j - i}" if j - i > 1 else f"{values[i]}")
+        i = j
+    return ", ".join(parts)
 
 
 def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:

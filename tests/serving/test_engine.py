@@ -32,6 +32,18 @@ def test_every_request_is_finished_and_accounted_for():
     assert m["ttft_ms_p50"] <= m["ttft_ms_p99"] and m["throughput_tokens_per_s"] > 0
 
 
+def test_cores_no_pool_uses_are_counted():
+    # Qwen3-1.7B has 28 layers: fused at TP 4 on 64 cores it fills 28 one-layer stages
+    # (112 of 256 cores on the small-core chip); four copies of 16 stages use them all.
+    fused = serve(FUSION, "hw.preset=npu/small_core_256", "workload.trace.limit=2").metrics
+    assert (fused["chip_cores"], fused["cores_idle"]) == (256, 256 - 28 * 4)
+    assert sum(r["cores"] for r in fused["replicas"]) == 28 * 4
+    both = serve(FUSION, "hw.preset=npu/small_core_256", "workload.trace.limit=2",
+                 "workload.pd.dp=4").metrics
+    assert both["cores_idle"] == 0
+    assert serve(DISAGG, "workload.trace.limit=2").metrics["cores_idle"] == 1  # 42 + 21 of 64
+
+
 def test_a_request_that_can_never_fit_is_rejected_with_a_reason():
     # 8-byte KV in 256 MiB of HBM per core: room for ~12.6k tokens, within the context window
     result = serve(FUSION, "workload.trace={arrival: {kind: fixed, interval_s: 0.5}, "
@@ -322,6 +334,9 @@ def test_decode_core_variant_needs_disaggregation():
     # Qwen3-4B has 36 layers: 42 one-core stages would leave 6 cores without a layer.
     ("workload.pd.tp=1", "workload.pd.prefill_cores = 42: 1 pipeline(s) of TP 1 groups make "
                          "42 stages each, but qwen3_4b has 36 layers"),
+    # a core's memory plan that fails says whose core it is
+    ("hw.hbm.rows=4096", "the decode pool (workload.pd.decode_cores = 21: 1 pipeline(s) of 3 "
+                         "stages at TP 7, layers per stage 12 x 3): qwen3_4b needs 7.5 GiB"),
 ])
 def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", DISAGG, "-q",

@@ -24,7 +24,7 @@ class _Result:
 
 
 def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms=50.0,
-             ttft_slo_ms=1000.0, calls=None, rejected=0, smallest_scale=0.0):
+             ttft_slo_ms=1000.0, calls=None, rejected=0, smallest_scale=0.0, e2e_ms=None):
     """A simulate() whose requests all meet the SLO up to ``capacity_per_s`` and half of
     them past it; TTFT grows with the backlog (the work the trace brings beyond what
     its span gives time for) and stops growing once the trace arrives as one burst."""
@@ -45,7 +45,7 @@ def stand_in(capacity_per_s, *, requests=100, base_rate_per_s=10.0, lone_ttft_ms
         return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
                         "slo_attainment_ttft": share, "slo_attainment_tbt": 1.0 if share else 0.0,
                         "goodput_requests_per_s": min(offered, capacity_per_s) * share,
-                        "ttft_ms_p90": ttft, "tbt_ms_mean": tbt,
+                        "ttft_ms_p90": ttft, "tbt_ms_mean": tbt, "e2e_ms_mean": e2e_ms,
                         "requests_rejected": rejected, "requests_total": requests})
     return simulate
 
@@ -82,6 +82,28 @@ def test_a_trace_too_short_to_overload_stops_at_the_burst(monkeypatch):
     assert found.status == "all_meet" and found.first_miss is None
     assert "too short to find the capacity" in found.note
     assert found.probes[-1].burst and len(found.probes) < 40
+
+
+@pytest.mark.unit
+def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagged(monkeypatch):
+    # 100 requests found at ~47 req/s arrive within ~2.1 s: flagged when a request lives
+    # 1 s on average (2.1 < 4 x 1), not when it lives 0.4 s (2.1 > 4 x 0.4)
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, e2e_ms=1000.0))
+    found = find_capacity(DISAGG, max_probes=30)
+    span_s = found.best.arrival_span_ms / 1e3
+    assert found.status == "found" and found.best.short_trace and span_s < 4 * 1.0
+    assert found.note == (f"at {found.best.offered_requests_per_s:.4g} req/s the 100 requests "
+                          f"arrive within {span_s:.3g} s, less than 4 times their mean "
+                          "end-to-end latency (1 s): the replay ends before the queues settle, "
+                          "so a longer trace (more requests) can find a lower capacity")
+    assert found.max_requests_per_s is not None  # still the bracket found, with the warning
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, e2e_ms=0.4e3))
+    calm = find_capacity(DISAGG, max_probes=30)
+    assert calm.best.arrival_span_ms > 4 * 0.4e3 and not calm.best.short_trace
+    assert calm.note == ""
+    # without an end-to-end latency (nothing finished) nothing is claimed
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0))
+    assert find_capacity(DISAGG, max_probes=30).note == ""
 
 
 @pytest.mark.unit
