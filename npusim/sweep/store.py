@@ -364,6 +364,12 @@ class ResultStore:
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame(columns=list(columns or META_COLUMNS + TAIL_COLUMNS))
+        # Columns that are whole numbers wherever they appear: concatenating files where
+        # some lack them (rows of an earlier spec in the same directory) makes them float
+        # with NaN; once those rows are filtered out they are whole numbers again.
+        every = set().union(*(f.columns for f in frames))
+        whole = set.intersection(*[{c for c in f.columns if f[c].dtype == "int64"}
+                                   | (every - set(f.columns)) for f in frames])
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         # A part newer than the compacted table wins (a retried point); duplicates left
         # by a compaction that was interrupted are identical and collapse here.
@@ -373,6 +379,9 @@ class ResultStore:
             order = {p["key"]: p["index"] for p in manifest["points"]}
             frame = frame[frame["key"].isin(order)].copy()
             frame["point"] = frame["key"].map(order).astype("int64")
+        for column in whole & set(frame.columns):
+            if frame[column].dtype == "float64" and frame[column].notna().all():
+                frame[column] = frame[column].astype("int64")
         if "point" in frame:
             frame = frame.sort_values("point", kind="stable").reset_index(drop=True)
         if manifest is not None:

@@ -204,3 +204,26 @@ def test_another_sweeps_directory_is_refused_the_same_sweep_may_come_back(tmp_pa
                                           r"\(1 points\); this spec is 'other'"):
         store.check_same_sweep("other", "--out")
     assert store.manifest()["sweep"] == "grid"          # nothing was replaced
+
+
+def test_whole_number_columns_stay_whole_when_earlier_rows_lack_them(tmp_path):
+    # A directory that first held points without a column (a sweep without capacity:)
+    # and then the same spec's points with it: once the old rows are filtered out by the
+    # manifest, the column is whole numbers again, not floats with NaN.
+    from types import SimpleNamespace
+
+    store = ResultStore(tmp_path)
+    store.write_row(row("old", 0))
+    store.compact()
+    store.write_row(row("new", 0, **{"capacity.probes": 10}))
+    store.write_manifest("t", ["workload.m"], [SimpleNamespace(index=0, key="new",
+                                                               params={"workload.m": 64})])
+    frame = load_results(tmp_path)
+    assert list(frame["key"]) == ["new"]
+    assert frame["capacity.probes"].dtype == "int64" and list(frame["capacity.probes"]) == [10]
+    # a column that is float somewhere stays float
+    store.write_row(row("new2", 1, **{"capacity.probes": 2.5}))
+    store.write_manifest("t", ["workload.m"], [
+        SimpleNamespace(index=0, key="new", params={"workload.m": 64}),
+        SimpleNamespace(index=1, key="new2", params={"workload.m": 128})])
+    assert load_results(tmp_path)["capacity.probes"].dtype == "float64"
