@@ -368,7 +368,7 @@ class ResultStore:
         # some lack them (rows of an earlier spec in the same directory) makes them float
         # with NaN; once those rows are filtered out they are whole numbers again.
         every = set().union(*(f.columns for f in frames))
-        whole = set.intersection(*[{c for c in f.columns if f[c].dtype == "int64"}
+        whole = set.intersection(*[set(f.columns[(f.dtypes == "int64").to_numpy()])
                                    | (every - set(f.columns)) for f in frames])
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         # A part newer than the compacted table wins (a retried point); duplicates left
