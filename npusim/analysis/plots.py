@@ -364,10 +364,11 @@ def plot_capacity(source: Any, title: str | None = None) -> "Figure":
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")
     for axis, limits in ((bottom.xaxis, bottom.get_xlim()), (bottom.yaxis, bottom.get_ylim())):
-        # 20, 50, 100 rather than 2x10^1 ...; within one decade every tick is labelled
-        # (20, 30, 40, ... 70), else a latency axis from 22 to 75 ms shows only 30 and 50.
+        # 20, 50, 100 rather than 2x10^1 ...; within about one decade every tick is
+        # labelled (20, 30, 40, ... 70), else a latency axis from 22 to 75 ms shows only
+        # 30 and 50, and one from 90 to 900 ms nothing above 500.
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        narrow = min(limits) > 0 and max(limits) / min(limits) < 10
+        narrow = min(limits) > 0 and max(limits) / min(limits) < 20
         axis.set_minor_formatter(FuncFormatter(
             (lambda v, _: f"{v:g}") if narrow else _log_minor_label))
     slo = summary.get("slo") or {}
