@@ -314,7 +314,7 @@ class ResultStore:
         parts = self._part_files()
         if not parts:
             return None
-        frame = self._read_all(filter_manifest=False)
+        frame = self._read_all(filter_manifest=False, keep_missing_ints=True)
         table = pa.Table.from_pandas(_normalise(frame), preserve_index=False)
         _atomic_write(table, self.root / RESULTS_FILE)
         for part in parts:  # only now: until the rename above the parts are the data
@@ -348,28 +348,28 @@ class ResultStore:
         """All rows, one per point of the latest spec, ordered by point index."""
         return self._read_all(filter_manifest=True)
 
-    def _read_all(self, filter_manifest: bool, columns: list[str] | None = None) -> "pd.DataFrame":
+    def _read_all(self, filter_manifest: bool, columns: list[str] | None = None,
+                  keep_missing_ints: bool = False) -> "pd.DataFrame":
         import pandas as pd
+        import pyarrow as pa
 
         files = []
         if (self.root / RESULTS_FILE).is_file():
             files.append(self.root / RESULTS_FILE)
         files += self._part_files()
         frames = []
+        # Whole-number columns are read as nullable integers: a file that lacks a column
+        # (a row of an earlier spec in the same directory) then leaves it missing, not
+        # float, and compaction (``keep_missing_ints``) stores it as integers with nulls.
+        as_nullable = {pa.int64(): pd.Int64Dtype()}.get
         for path in files:
             table = self._read_table(path)
             if columns is not None:
                 table = table.select([c for c in columns if c in table.column_names])
-            frames.append(table.to_pandas())
+            frames.append(table.to_pandas(types_mapper=as_nullable))
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame(columns=list(columns or META_COLUMNS + TAIL_COLUMNS))
-        # Columns that are whole numbers wherever they appear: concatenating files where
-        # some lack them (rows of an earlier spec in the same directory) makes them float
-        # with NaN; once those rows are filtered out they are whole numbers again.
-        every = set().union(*(f.columns for f in frames))
-        whole = set.intersection(*[set(f.columns[(f.dtypes == "int64").to_numpy()])
-                                   | (every - set(f.columns)) for f in frames])
         frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
         # A part newer than the compacted table wins (a retried point); duplicates left
         # by a compaction that was interrupted are identical and collapse here.
@@ -379,9 +379,14 @@ class ResultStore:
             order = {p["key"]: p["index"] for p in manifest["points"]}
             frame = frame[frame["key"].isin(order)].copy()
             frame["point"] = frame["key"].map(order).astype("int64")
-        for column in whole & set(frame.columns):
-            if frame[column].dtype == "float64" and frame[column].notna().all():
-                frame[column] = frame[column].astype("int64")
+        if not keep_missing_ints:  # readers get plain dtypes: int64, or float64 with NaN
+            for column in frame.columns:
+                dtype = frame[column].dtype
+                if dtype == "Int64":
+                    whole = not frame[column].isna().any()
+                    frame[column] = frame[column].astype("int64" if whole else "float64")
+                elif dtype == "Float64":  # a column whole in some files, not in others
+                    frame[column] = frame[column].astype("float64")
         if "point" in frame:
             frame = frame.sort_values("point", kind="stable").reset_index(drop=True)
         if manifest is not None:

@@ -221,6 +221,14 @@ def test_whole_number_columns_stay_whole_when_earlier_rows_lack_them(tmp_path):
     frame = load_results(tmp_path)
     assert list(frame["key"]) == ["new"]
     assert frame["capacity.probes"].dtype == "int64" and list(frame["capacity.probes"]) == [10]
+    # and after the sweep's final compaction, which keeps the old row with the column empty
+    store.compact()
+    frame = load_results(tmp_path)
+    assert frame["capacity.probes"].dtype == "int64" and list(frame["capacity.probes"]) == [10]
+    # a reader that keeps the old row (no manifest filter) sees a float column with NaN
+    everything = store._read_all(filter_manifest=False)
+    assert everything["capacity.probes"].dtype == "float64"
+    assert everything["capacity.probes"].isna().sum() == 1
     # a column that is float somewhere stays float
     store.write_row(row("new2", 1, **{"capacity.probes": 2.5}))
     store.write_manifest("t", ["workload.m"], [
