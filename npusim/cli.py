@@ -82,15 +82,14 @@ def _summary_table(result) -> None:
         if metrics.get("cores_idle"):
             table.add_row("cores no pool uses (cores_idle)",
                           f"{metrics['cores_idle']} of {metrics['chip_cores']}")
-        for index, replica in enumerate(metrics.get("replicas", [])):
-            name = f"{replica['role']}{index}"  # replicas are listed in index order
+        for replica in metrics.get("replicas", []):
             memory = replica.get("memory_by_stage", [])
             if memory:
-                table.add_row(f"{name}: weights held in SRAM, least / most",
-                              _least_most([stage["weights_in_sram"] for stage in memory]))
+                table.add_row(f"{replica['name']}: weights held in SRAM, least / most",
+                              _least_most([stage["weights_in_sram_share"] for stage in memory]))
     if metrics.get("memory_by_stage"):
-        table.add_row("weights held in SRAM, least / most stage",
-                      _least_most([stage["weights_in_sram"] for stage in metrics["memory_by_stage"]]))
+        shares = [stage["weights_in_sram_share"] for stage in metrics["memory_by_stage"]]
+        table.add_row("weights held in SRAM, least / most stage", _least_most(shares))
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):

@@ -60,7 +60,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     # Counters are added once per distinct (unit, op) and per distinct transfer shape at
     # the end rather than per task: integer sums, so the totals are the same.
     # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port, stalled]``
-    # (``port``: ``(name, busy ps, memory)`` on a shared scratchpad port, else None; ``stalled``:
+    # (``port``: ``(name, memory, busy ps)`` on a shared scratchpad port, as
+    # :func:`operand_port_busy` gives it, else None; ``stalled``:
     # the time its tasks held the unit waiting for operands, in all): equal ops are
     # shared between tasks by the lowerings, so the closed-form time is looked up once.
     computes: dict[tuple[str, int], list] = {}
@@ -87,7 +88,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 op = task.op
                 port = operand_port_busy(device, unit, op)
                 entry = computes[key] = [device.compute_unit(unit).op_time_ps(op), 0, unit, op,
-                                         port and (port[0], port[2], port[1]), 0]
+                                         port, 0]
             duration = entry[0]
             start = free_get(unit, 0)
             if start < ready:
@@ -113,7 +114,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if port is not None:
                 # The operands queue behind earlier transfers on the port, and the op
                 # ends when both it and its operands are done.
-                name, busy, _ = port
+                name, _, busy = port
                 served = free_get(name, 0)
                 if served < start:
                     served = start
@@ -233,7 +234,7 @@ def _unit_stats(device: Device, computes: dict, transfers: dict) -> dict[str, di
         add_extra(unit, SRAM_OPERAND_WRITTEN, written * occurrences)
         add_extra(unit, OPERAND_STALL, stalled)
         if port is not None:
-            add_extra(names[id(port[2])], SRAM_OPERAND_PORT, port[1] * occurrences)
+            add_extra(names[id(port[1])], SRAM_OPERAND_PORT, port[2] * occurrences)
     for accounting, occurrences in transfers.values():
         for part, action, busy, size, chunks, hops_x_bytes in accounting:
             name = names[id(part)]

@@ -126,6 +126,11 @@ class PdConfig(NumbersNotBooleans):
         """``(field path, message)`` if the pools ask for more than a ``cores``-core chip."""
         if self.mode == "fusion" and self.cores is not None and self.cores > cores:
             return "workload.pd.cores", f"{self.cores} exceeds the chip's {cores} cores"
+        if self.mode == "fusion" and self.tp * self.dp > (self.cores or cores):
+            field = "workload.pd.dp" if self.dp > 1 else "workload.pd.tp"
+            return field, (f"tp {self.tp} x dp {self.dp} needs {self.tp * self.dp} cores; "
+                                      f"the {'pool' if self.cores else 'chip'} has "
+                                      f"{self.cores or cores}")
         if self.mode == "disaggregation" and self.prefill_cores + self.decode_cores > cores:
             return ("workload.pd", f"prefill_cores + decode_cores = "
                     f"{self.prefill_cores + self.decode_cores} exceeds the chip's {cores} cores")

@@ -430,7 +430,7 @@ class ServingDriver(KvAdmission):
                         "iterations_by_replica": log.summary()})
         info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
                 "scheduler": self.config.scheduler.kind,
-                "replicas": [{"role": r.role, "stages": len(r.groups),
+                "replicas": [{"name": r.name, "role": r.role, "stages": len(r.groups),
                               "layers_per_stage": [len(plan.layers) for plan in r.plans],
                               "memory_by_stage": [plan.summary() for plan in r.plans],
                               "cores": len(r.cores),

@@ -174,7 +174,7 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
         return busy / (len(arrays) * window_ps) if window_ps else 0.0
 
     for replica in driver.replicas:
-        key = f"{replica.role}{replica.index}"
+        key = replica.name
         arrays = [f"core{c}.sa" for c in replica.cores]
         hbms = [f"core{c}.hbm" for c in replica.cores if f"core{c}.hbm" in driver.device.parts]
         busy_share[key] = array_share(replica.cores)

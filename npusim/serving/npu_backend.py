@@ -10,11 +10,12 @@ them through the session; it never sees the task graphs.
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from npusim.core import registry
-from npusim.core.errors import MappingError
+from npusim.core.errors import MappingError, with_source
 from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.config import layers_field
 from npusim.serving.interpolation import decode_corners, token_corners
@@ -67,6 +68,11 @@ class Replica:
     def intern(self, key: tuple) -> int:
         """A small int standing for ``key`` (equal keys, equal ints, in this simulation)."""
         return self.key_ids.setdefault(key, len(self.key_ids))
+
+    @property
+    def name(self) -> str:
+        """``decode0``, ``fused1``, ...: how metrics and tables name this replica."""
+        return f"{self.role}{self.index}"
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -283,9 +289,7 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
     layers = model.num_hidden_layers
     problem = pd.chip_problem(total)  # (a scenario was checked when read: a backstop)
     if problem:
-        field, message = problem
-        raise MappingError(f"{field} = {message}" if field.endswith(".cores") else
-                           f"{field}: {message}")
+        raise MappingError("{}: {}".format(*problem))
     roles = pd.pools(total)
     for pool in roles:  # before any replica is built (or fails to fit)
         role, cores, tp, dp = pool
@@ -370,24 +374,20 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
             except MappingError as exc:  # a core's memory plan: say whose core it is
                 split = (getattr(pd, layers_field(role))
                          or [len(r) for r in split_layers(layers, stages)])
-                raise MappingError(
-                    f"the {role} pool (workload.pd.{pool.cores_field} = {cores}: {dp} "
-                    f"pipeline(s) of {stages} stages at TP {tp}, layers per stage "
-                    f"{_runs(split)}): {exc}") from None
+                given = role != "fused" or pd.cores is not None  # else fusion's default
+                cores_are = (f"workload.pd.{pool.cores_field} = {cores}" if given
+                             else f"the chip's {cores} cores")
+                # (the error keeps its type: an out-of-memory error keeps its byte counts)
+                raise with_source(exc, f"the {role} pool ({cores_are}: {dp} pipeline(s) of "
+                                       f"{stages} stages at TP {tp}, layers per stage "
+                                       f"{_runs(split)})") from None
     return replicas
 
 
 def _runs(counts) -> str:
     """``[9, 9, 9, 9]`` as ``9 x 4``, ``[6, 5, 5]`` as ``6, 5 x 2``: a list said briefly."""
-    parts, values = [], list(counts)
-    i = 0
-    while i < len(values):
-        j = i
-        while j < len(values) and values[j] == values[i]:
-            j += 1
-        parts.append(f"{values[i]} x {j - i}" if j - i > 1 else f"{values[i]}")
-        i = j
-    return ", ".join(parts)
+    runs = [(value, len(list(group))) for value, group in itertools.groupby(counts)]
+    return ", ".join(f"{value} x {size}" if size > 1 else f"{value}" for value, size in runs)
 
 
 def _specialise_cores(device, cores: tuple[int, ...], variant) -> None:

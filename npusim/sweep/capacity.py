@@ -69,6 +69,12 @@ class CapacityProbe:
     requests_rejected: int
     meets_target: bool
     e2e_ms_mean: float = math.nan  # finished requests, arrival to last token
+    replays: int = 1  # traces pooled (seeds): ``requests`` counts all of theirs
+
+    @property
+    def requests_per_replay(self) -> int:
+        """Requests in one replayed trace."""
+        return self.requests // self.replays
 
     @property
     def short_trace(self) -> bool:
@@ -78,8 +84,9 @@ class CapacityProbe:
 
     @property
     def arrival_span_ms(self) -> float:
-        """From the first arrival to the last."""
-        return 1e3 * (self.requests - 1) / self.offered_requests_per_s
+        """From the first arrival to the last, in one replay (the offered rate of
+        pooled replays is their mean)."""
+        return 1e3 * (self.requests_per_replay - 1) / self.offered_requests_per_s
 
     @property
     def burst(self) -> bool:
@@ -292,7 +299,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                             if metrics["requests_rejected"] == metrics["requests_total"] else 0.0),
             requests_rejected=metrics["requests_rejected"],
             meets_target=metrics["slo_attainment"] >= target_attainment,
-            e2e_ms_mean=_or(metrics.get("e2e_ms_mean"), math.nan))
+            e2e_ms_mean=_or(metrics.get("e2e_ms_mean"), math.nan), replays=seeds)
         probes.append(result)
         if progress is not None:
             progress(result)
@@ -319,7 +326,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                 meet = found
                 note = (f"doubling the rate no longer changes the latencies (TTFT p90 "
                         f"{found.ttft_ms_p90:.4g} ms, TBT {found.tbt_ms_mean:.4g} ms): the "
-                        f"{found.requests} requests arrive as one burst and still meet the "
+                        f"{found.requests_per_replay} requests arrive as one burst and still meet the "
                         "SLO, so the trace is too short to find the capacity; use a trace "
                         "with more requests (a longer file, or a generator's num_requests)")
                 break
@@ -401,7 +408,8 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
         note = (f"the probes ran out with the bracket {miss.rate_scale / meet.rate_scale:.3g}x "
                 "wide: raise the probe limit (--max-probes, max_probes)")
     if meet.short_trace:
-        short = (f"at {meet.offered_requests_per_s:.4g} req/s the {meet.requests} requests "
+        short = (f"at {meet.offered_requests_per_s:.4g} req/s the {meet.requests_per_replay} "
+                 f"requests{' of each replay' if meet.replays > 1 else ''} "
                  f"arrive within {meet.arrival_span_ms / 1e3:.3g} s, less than "
                  f"{SHORT_TRACE_SPANS} times their mean end-to-end latency "
                  f"({meet.e2e_ms_mean / 1e3:.3g} s): the replay ends before the queues settle, "

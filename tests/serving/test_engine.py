@@ -346,6 +346,20 @@ def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, t
     assert Path(DISAGG).name in proc.stderr  # every message says which scenario
 
 
+def test_a_pool_whose_memory_plan_fails_is_named_with_its_layers():
+    from npusim.core.errors import MappingError
+
+    # the layers as given, not the even split; the error keeps its type
+    with pytest.raises(MappingError, match=r": the decode pool \(workload.pd.decode_cores = 21: "
+                                           r"1 pipeline\(s\) of 3 stages at TP 7, layers per "
+                                           r"stage 4 x 2, 28\): "):
+        simulate(DISAGG, overrides=["workload.trace.limit=2", "hw.hbm.rows=4096",
+                                    "workload.pd.decode_layers_per_stage=[4,4,28]"])
+    # fusion's default pool is the chip's cores, not a pd.cores the scenario never set
+    with pytest.raises(MappingError, match=r": the fused pool \(the chip's 64 cores: 1 pipeline"):
+        simulate(FUSION, overrides=["workload.trace.limit=2", "hw.hbm.rows=4096"])
+
+
 def test_a_tp_the_placement_cannot_tile_names_the_setting():
     from npusim.core.errors import MappingError
 

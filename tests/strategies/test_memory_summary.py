@@ -17,7 +17,7 @@ DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
 SHORT_LLM = ["run.mode=analytic", "run.trace=false", "workload.prompt_len=64",
              "workload.output_len=3"]
 KEYS = ["sram_buffer_bytes", "sram_kv_bytes", "sram_weight_bytes", "hbm_weight_bytes",
-        "weights_in_sram"]
+        "weights_in_sram_share"]
 
 
 def memory(sram: str, *more: str) -> list[dict]:
@@ -34,13 +34,13 @@ def test_each_stage_reports_what_its_cores_keep_in_sram_and_stream_from_hbm():
             used = stage["sram_buffer_bytes"] + stage["sram_kv_bytes"] + stage["sram_weight_bytes"]
             assert 0 < used <= size
             held = stage["sram_weight_bytes"] / (stage["sram_weight_bytes"] + stage["hbm_weight_bytes"])
-            assert stage["weights_in_sram"] == pytest.approx(held)
+            assert stage["weights_in_sram_share"] == pytest.approx(held)
     # more SRAM holds more of every stage's weights; 8-bit weights in 128 MiB fit whole
     # (the S004-007 setting), so nothing streams from HBM
     small, large = memory("16MiB"), memory("64MiB")
-    assert all(a["weights_in_sram"] < b["weights_in_sram"] for a, b in zip(small, large))
+    assert all(a["weights_in_sram_share"] < b["weights_in_sram_share"] for a, b in zip(small, large))
     resident = memory("128MiB", "workload.dtype_bytes=1")
-    assert all(stage["weights_in_sram"] == 1.0 and stage["hbm_weight_bytes"] == 0
+    assert all(stage["weights_in_sram_share"] == 1.0 and stage["hbm_weight_bytes"] == 0
                for stage in resident)
 
 
@@ -52,7 +52,7 @@ def test_serving_replicas_report_their_stages_and_the_console_shows_the_range(tm
     out = capsys.readouterr().out
     replicas = json.loads((tmp_path / "metrics.json").read_text())["replicas"]
     decode = next(r for r in replicas if r["role"] == "decode")
-    shares = [stage["weights_in_sram"] for stage in decode["memory_by_stage"]]
+    shares = [stage["weights_in_sram_share"] for stage in decode["memory_by_stage"]]
     assert len(shares) == len(decode["layers_per_stage"]) == 3
     # the 28-layer stage's cores hold a smaller share of their (seven times larger) weights
     assert shares[2] < shares[0] == shares[1]

@@ -385,6 +385,11 @@ def test_seeds_pool_replays_of_a_generated_trace_drawn_with_the_next_seeds():
     import numpy as np
     ttft = np.concatenate([r.requests["ttft_ps"].to_numpy() for r in runs])
     assert first.ttft_ms_p90 == pytest.approx(np.percentile(ttft, 90) * 1e-9)
+    e2e = np.concatenate([r.requests["e2e_ps"].to_numpy() for r in runs])
+    assert first.e2e_ms_mean == pytest.approx(e2e.mean() * 1e-9)
+    # the span is one replay's (12 requests at the mean offered rate), not 36 requests'
+    assert (first.replays, first.requests_per_replay) == (3, 12)
+    assert first.arrival_span_ms == pytest.approx(1e3 * 11 / first.offered_requests_per_s)
     # a trace seed of its own is what the replays step
     pinned = find_capacity(DISAGG, overrides=[*GENERATED, "workload.trace.seed=7"], seeds=2,
                            max_probes=2)

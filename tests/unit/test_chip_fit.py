@@ -29,11 +29,20 @@ DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
     (FUSION, ["workload.pd.cores=128"], "workload.pd.cores", "128 exceeds the chip's 64 cores"),
     (DISAGG, ["workload.pd.prefill_cores=63"], "workload.pd",
      "prefill_cores + decode_cores = 84 exceeds the chip's 64 cores"),
+    (DISAGG, ["hw.noc.width=8", "hw.noc.height=7"], "workload.pd",
+     "prefill_cores + decode_cores = 63 exceeds the chip's 56 cores"),
+    (FUSION, ["workload.pd.tp=128"], "workload.pd.tp", "tp 128 x dp 1 needs 128 cores; the chip has 64"),
+    (FUSION, ["workload.pd.dp=32"], "workload.pd.dp", "tp 4 x dp 32 needs 128 cores; the chip has 64"),
 ])
 def test_a_workload_larger_than_the_chip_is_refused_when_read(scenario, overrides, path, message):
     with pytest.raises(ConfigError) as info:
         load_scenario(scenario, overrides)
     assert (path, message) in [(p, m.split(" (from the override")[0]) for p, m in info.value.problems]
+
+
+def test_pools_that_fill_the_chip_exactly_fit():
+    assert load_scenario(DISAGG, ["hw.noc.width=9", "hw.noc.height=7"]).hw.num_cores == 63
+    assert load_scenario(FUSION, ["workload.pd.tp=64"]).workload.pd.tp == 64
 
 
 def test_a_workload_that_fits_is_read_and_the_same_check_guards_the_mapping():
@@ -44,7 +53,7 @@ def test_a_workload_that_fits_is_read_and_the_same_check_guards_the_mapping():
         "workload.pipeline_stages", "16 x tp=4 needs 64 cores; the chip has 32 (expected at "
                                     "most 8 stages at tp=4)")
     small = build_device(load_scenario(LLM, ["hw.noc.width=4", "hw.noc.height=8"]).hw)
-    with pytest.raises(MappingError, match=r"workload.pipeline_stages = 16 x tp=4 needs 64 "
+    with pytest.raises(MappingError, match=r"workload.pipeline_stages: 16 x tp=4 needs 64 "
                                            r"cores; the chip has 32"):
         map_llm(small, scenario.workload)
 

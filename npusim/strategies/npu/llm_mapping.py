@@ -102,7 +102,7 @@ def map_llm(device, config, seed: int = 0) -> Program:
     tp = config.tp
     problem = config.chip_problem(cores)  # (a scenario was checked when read: a backstop)
     if problem:
-        raise MappingError(f"{problem[0]} = {problem[1]}")
+        raise MappingError("{}: {}".format(*problem))
     layers = model.num_hidden_layers
     counts = config.layers_per_stage
     stages = config.pipeline_stages or (len(counts) if counts else min(cores // tp, layers))

@@ -51,7 +51,7 @@ class StagePlan:
         return {"sram_buffer_bytes": self.sram_used_bytes.get("buffers", 0),
                 "sram_kv_bytes": self.sram_used_bytes.get("kv", 0),
                 "sram_weight_bytes": weights, "hbm_weight_bytes": self.hbm_weight_bytes,
-                "weights_in_sram": weights / total if total else 1.0}
+                "weights_in_sram_share": weights / total if total else 1.0}
 
     def kv_read_hbm_fraction(self, context_len: int) -> float:
         """Share of a read of ``context_len`` cached tokens that comes from HBM."""
