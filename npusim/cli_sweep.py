@@ -105,6 +105,12 @@ def sweep(
         if len(summary.errors) > 10:
             typer.secho(f"  ... and {len(summary.errors) - 10} more (see the error column)",
                         fg=typer.colors.YELLOW, err=True)
+        if summary.unmatched_metrics:
+            typer.secho("  metrics: no stored metric matches "
+                        + ", ".join(repr(p) for p in summary.unmatched_metrics)
+                        + " (names as in metrics.json, nested keys joined with dots, e.g. "
+                        "'ttft_ms_p90', 'bytes_by_level.hbm'; globs allowed)",
+                        fg=typer.colors.YELLOW, err=True)
         if summary.duplicates:
             typer.secho(f"  {summary.duplicates} point(s) repeat another point's config and "
                         "parameters (a random axis drew a value twice, or a grid lists "

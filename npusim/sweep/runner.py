@@ -53,6 +53,7 @@ class SweepSummary:
     duplicates: int = 0         # points with another point's config and parameters
     wall_time_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+    unmatched_metrics: list[str] = field(default_factory=list)  # spec patterns matching none
 
     @property
     def complete(self) -> bool:
@@ -60,15 +61,17 @@ class SweepSummary:
         return not (self.failed or self.lost or self.failed_before)
 
 
-def point_task(point: Point, sweep: str, capacity: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
+def point_task(point: Point, sweep: str, capacity: dict[str, Any] | None = None,
+               metrics: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The picklable description of a point that :func:`run_point` executes;
-    ``capacity`` (find_capacity's arguments) makes it a capacity search."""
+    ``capacity`` (find_capacity's arguments) makes it a capacity search; ``metrics``
+    (glob patterns) keeps only the metrics they match."""
     from npusim import __version__
 
     return {"point": point.index, "params": point.params, "config": point.config,
             "config_hash": point.config_hash, "key": point.key, "skip": point.skip_reason,
-            "sweep": sweep, "npusim_version": __version__, "capacity": capacity}
+            "sweep": sweep, "npusim_version": __version__, "capacity": capacity,
+            "metrics": metrics}
 
 
 def run_point(task: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +88,8 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
             else:
                 from npusim.api import simulate
 
-                row.update(flatten_metrics(simulate(task["config"]).metrics))
+                row.update(kept_metrics(flatten_metrics(simulate(task["config"]).metrics),
+                                        task.get("metrics")))
             row["error"] = None
         except NpusimError as exc:
             row.update(status="failed", error=str(exc))
@@ -94,6 +98,23 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
     row.update(wall_time_s=time.perf_counter() - started, config_hash=task["config_hash"],
                key=task["key"], npusim_version=task["npusim_version"], sweep=task["sweep"])
     return row
+
+
+def kept_metrics(flat: dict[str, Any], patterns: tuple[str, ...] | None) -> dict[str, Any]:
+    """The ``metrics.*`` columns whose names (without the prefix) match one of
+    ``patterns`` (``fnmatch`` globs, case-sensitive); all of them without patterns.  A
+    pattern naming a nested metric keeps everything under it (``bytes_by_level``)."""
+    if patterns is None:
+        return flat
+    prefix = len("metrics.")
+    return {key: value for key, value in flat.items()
+            if any(_metric_matches(key[prefix:], p) for p in patterns)}
+
+
+def _metric_matches(name: str, pattern: str) -> bool:
+    from fnmatch import fnmatchcase
+
+    return fnmatchcase(name, pattern) or fnmatchcase(name, f"{pattern}.*")
 
 
 def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
@@ -316,7 +337,7 @@ def _run_locked(spec: SweepSpec, points: list[Point], store: ResultStore, out_di
                            failed_before=sum(1 for p in unique if p.key in done
                                              and done[p.key] == "failed" and not retry_failed))
     # Skipped points cost nothing: record them here instead of shipping them to workers.
-    tasks = [point_task(p, spec.name, spec.capacity) for p in todo]
+    tasks = [point_task(p, spec.name, spec.capacity, spec.metrics) for p in todo]
     runnable = [t for t in tasks if t["skip"] is None]
     bar = _Progress(len(tasks), spec.name, progress)
     remaining = len(tasks)
@@ -339,6 +360,11 @@ def _run_locked(spec: SweepSpec, points: list[Point], store: ResultStore, out_di
     finally:
         bar.close()
     store.compact()
+    if spec.metrics is not None and summary.ok:
+        # A pattern no stored row matches is most likely a typo: say so.
+        names = [c[len("metrics."):] for c in store.read().columns if c.startswith("metrics.")]
+        summary.unmatched_metrics = [p for p in spec.metrics
+                                     if not any(_metric_matches(n, p) for n in names)]
     summary.wall_time_s = time.perf_counter() - started
     return summary
 

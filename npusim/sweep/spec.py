@@ -13,6 +13,7 @@ constraints:
   - {require: "${workload.m} % 64 == 0", reason: "m must be a multiple of 64"}
 on_invalid: error                     # or skip: record points whose config is invalid
 capacity: {attainment: 0.9}           # serving bases: each point is a capacity search
+metrics: [ttft_ms_*, tpot_ms_mean]    # keep only these metrics (globs); default: all
 ```
 
 ``axes`` may also be one mapping (a single grid).  Random parameters are a list (uniform
@@ -41,7 +42,7 @@ from npusim.sweep.paths import (MISSING, config_hash, format_override, get_path,
 from npusim.sweep.spec_paths import base_defaults, check_paths, set_path
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
-             "on_invalid", "capacity")
+             "on_invalid", "capacity", "metrics")
 #: ``capacity:`` keys and their defaults (find_capacity's arguments).
 _CAPACITY_KEYS = CAPACITY_DEFAULTS
 
@@ -75,6 +76,8 @@ class SweepSpec:
     description: str = ""
     #: find_capacity's arguments when every point is a capacity search (else None)
     capacity: dict[str, Any] | None = None
+    #: glob patterns of the metrics a row keeps (``ttft_ms_*``, ``replicas``); None: all
+    metrics: tuple[str, ...] | None = None
 
     @property
     def param_names(self) -> list[str]:
@@ -246,12 +249,17 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     if on_invalid not in ("error", "skip"):
         bad("on_invalid", f"expected 'error' or 'skip', got {on_invalid!r}")
     capacity = _parse_capacity(data.get("capacity"), bad)
+    metrics = _parse_metrics(data.get("metrics"), bad)
+    if metrics is not None and capacity is not None:
+        bad("metrics", "a capacity sweep stores its search (capacity.*), not a run's metrics; "
+                       "remove metrics: or capacity:")
     if problems:
         raise ConfigError(source, problems)
     spec = SweepSpec(name=str(data.get("name") or default_name), source=source, base=base,
                      base_source=base_source, set=fixed, axes=axes, derived=derived,
                      constraints=constraints, on_invalid=on_invalid,
-                     description=str(data.get("description") or ""), capacity=capacity)
+                     description=str(data.get("description") or ""), capacity=capacity,
+                     metrics=metrics)
     if capacity is not None:
         kind = base_defaults(spec)["workload"].get("kind")
         if kind != "serving":
@@ -260,6 +268,24 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
                                         "serving)")])
     check_paths(spec, data)
     return spec
+
+
+def _parse_metrics(value: Any, bad) -> tuple[str, ...] | None:
+    """``metrics:``, the metrics each row keeps: a list of glob patterns over their
+    names as flattened without the ``metrics.`` prefix (``ttft_ms_*``,
+    ``bytes_by_level.*``, ``replicas``); absent: every metric.  A large chip's per-unit
+    metrics (``unit_utilisation.core17.sa`` ...) are thousands of columns per row."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        bad("metrics", f"expected a list of metric name patterns such as [ttft_ms_*, "
+                       f"tpot_ms_mean, slo_attainment], got {value!r}")
+        return None
+    for index, pattern in enumerate(value):
+        if not isinstance(pattern, str) or not pattern.strip():
+            bad(f"metrics[{index}]", f"expected a metric name or glob pattern (e.g. "
+                                     f"'ttft_ms_*'), got {pattern!r}")
+    return tuple(p.strip() for p in value if isinstance(p, str))
 
 
 def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:

@@ -193,3 +193,43 @@ def test_sigterm_stops_the_sweep_and_its_workers(tmp_path):
              and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
     assert alive == [], f"workers {alive} outlived the sweep"
     assert "Traceback" not in err
+
+
+def test_metrics_patterns_keep_only_the_metrics_they_match(local_grid, tmp_path):
+    out, _ = local_grid
+    full = load_results(out)
+    spec = spec_from_dict({**GRID, "metrics": ["latency_ps", "bytes_by_level", "memo.hit*",
+                                               "no_such_metric*"]}, "grid.yaml")
+    summary = run_sweep(spec, tmp_path, executor="serial")
+    kept = load_results(tmp_path)
+    metrics = sorted(c for c in kept.columns if c.startswith("metrics."))
+    assert metrics == sorted(c for c in full.columns if c == "metrics.latency_ps"
+                             or c.startswith("metrics.bytes_by_level.")
+                             or c.startswith("metrics.memo.hit"))
+    assert "metrics.bytes_by_level.hbm" in metrics and "metrics.memo.hits" in metrics
+    # the same values as the full rows, and the parameters and row columns are all there
+    assert kept["metrics.latency_ps"].tolist() == full["metrics.latency_ps"].tolist()
+    assert {"point", "status", "key", "wall_time_s", "workload.m"} <= set(kept.columns)
+    assert summary.unmatched_metrics == ["no_such_metric*"]
+
+
+@pytest.mark.parametrize("metrics, fragment", [
+    ("ttft_ms_p90", "expected a list of metric name patterns"),
+    ([], "expected a list of metric name patterns"),
+    (["ok", 3], "metrics[1]: expected a metric name or glob pattern"),
+])
+def test_bad_metrics_patterns_are_named(metrics, fragment):
+    from npusim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({**GRID, "metrics": metrics}, "grid.yaml")
+    assert fragment in str(info.value)
+
+
+def test_a_capacity_sweep_takes_no_metrics_patterns():
+    from npusim.core.errors import ConfigError
+
+    disagg = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_disagg.yaml")
+    with pytest.raises(ConfigError, match="a capacity sweep stores its search"):
+        spec_from_dict({"base": disagg, "capacity": {}, "metrics": ["ttft_ms_p90"],
+                        "axes": [{"grid": {"workload.pd.tp": [7]}}]}, "cap.yaml")
