@@ -13,7 +13,7 @@ constraints:
   - {require: "${workload.m} % 64 == 0", reason: "m must be a multiple of 64"}
 on_invalid: error                     # or skip: record points whose config is invalid
 capacity: {attainment: 0.9}           # serving bases: each point is a capacity search
-metrics: [ttft_ms_*, tpot_ms_mean]    # keep only these metrics (globs); default: all
+metrics: [ttft_ms_*, tpot_ms_mean]    # or, without capacity: keep only these metrics (globs)
 ```
 
 ``axes`` may also be one mapping (a single grid).  Random parameters are a list (uniform
