@@ -128,9 +128,9 @@ class PdConfig(NumbersNotBooleans):
             return "workload.pd.cores", f"{self.cores} exceeds the chip's {cores} cores"
         if self.mode == "fusion" and self.tp * self.dp > (self.cores or cores):
             field = "workload.pd.dp" if self.dp > 1 else "workload.pd.tp"
+            holder = "pool" if self.cores else "chip"
             return field, (f"tp {self.tp} x dp {self.dp} needs {self.tp * self.dp} cores; "
-                                      f"the {'pool' if self.cores else 'chip'} has "
-                                      f"{self.cores or cores}")
+                           f"the {holder} has {self.cores or cores}")
         if self.mode == "disaggregation" and self.prefill_cores + self.decode_cores > cores:
             return ("workload.pd", f"prefill_cores + decode_cores = "
                     f"{self.prefill_cores + self.decode_cores} exceeds the chip's {cores} cores")
