@@ -3,6 +3,7 @@ SLO (:mod:`npusim.sweep.capacity`); registered on the main app by :func:`registe
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import List, Optional
@@ -37,6 +38,10 @@ def capacity(
     seeds: int = typer.Option(DEFAULTS["seeds"], "--seeds", metavar="N", parser=whole_number,
                               help="Replays per probe of a generated trace, each with the "
                               "next seed, pooled (steadier on short traces)."),
+    lengthen: int = typer.Option(0, "--lengthen", metavar="N", parser=whole_number,
+                                 help="While the capacity is flagged as found on a trace "
+                                 "too short to settle, search again with a generated trace "
+                                 "of twice the requests, at most N times (0 to 6)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Where capacity.json and capacity.csv go "
                                       "(default out/capacity/<name>)."),
@@ -48,12 +53,17 @@ def capacity(
     from npusim.config.loader import load_scenario
     from npusim.core.errors import NpusimError, with_source
     from npusim.core.output_paths import check_output_dir, option_path
-    from npusim.sweep.capacity import argument_problems, find_capacity
+    from npusim.sweep.capacity import (MAX_DOUBLINGS, argument_problems, find_capacity,
+                                       find_steady_capacity)
 
     def action() -> None:
         options = {"target_attainment": "--attainment", "tolerance": "--tolerance",
                    "max_probes": "--max-probes", "seeds": "--seeds"}
         problems = argument_problems(attainment, tolerance, max_probes, seeds)
+        if not 0 <= lengthen <= MAX_DOUBLINGS:
+            options["doublings"] = "--lengthen"
+            problems.append(("doublings", f"got {lengthen}; expected 0 to {MAX_DOUBLINGS} "
+                                          "doublings of a generated trace"))
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")
@@ -68,9 +78,11 @@ def capacity(
             if show is not None:
                 show(probe)
         try:
-            found = find_capacity(config, target_attainment=attainment, tolerance=tolerance,
-                                  max_probes=max_probes, seeds=seeds, progress=progress,
-                                  source=str(scenario))
+            search = find_capacity if not lengthen else functools.partial(
+                find_steady_capacity, doublings=lengthen)
+            found = search(config, target_attainment=attainment, tolerance=tolerance,
+                           max_probes=max_probes, seeds=seeds, progress=progress,
+                           source=str(scenario))
         except KeyboardInterrupt:  # keep the probes that finished
             _write_partial(done, out_dir)
             raise

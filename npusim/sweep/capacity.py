@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
 from npusim.core.errors import ConfigError, MappingError, OutputError, TraceError, with_source
 
-__all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "DEFAULTS", "probes_table"]
+__all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "find_steady_capacity",
+           "DEFAULTS", "probes_table"]
 
 #: find_capacity's defaults, shared by ``npusim capacity`` and a sweep spec's
 #: ``capacity:``: 90% of requests within the SLO (DistServe's attainment target), a
@@ -355,6 +356,54 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                           seeds=seeds,
                           status=status, probes=tuple(probes), best=meet, first_miss=miss,
                           note=note, config=scenario.model_dump(mode="json"))
+
+
+#: At most this many doublings of a generated trace in :func:`find_steady_capacity`
+#: (6: 64 times the requests, each probe as many times longer).
+MAX_DOUBLINGS = 6
+
+
+def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable[str] = (),
+                         source: str | None = None, **search: Any) -> CapacityResult:
+    """:func:`find_capacity`, and while the capacity it finds is flagged as measured on
+    a trace too short to settle (:attr:`CapacityProbe.short_trace`), again with the
+    generated trace's ``num_requests`` doubled, starting from the rate found (it can
+    only fall), at most ``doublings`` times.  The result is the last search's; its note
+    lists the earlier ones.  ``search`` takes find_capacity's other arguments."""
+    from npusim.api import _as_scenario
+
+    scenario = _as_scenario(config, list(overrides))
+    if source is None:
+        source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
+    if isinstance(doublings, bool) or not isinstance(doublings, int) \
+            or not 0 <= doublings <= MAX_DOUBLINGS:
+        raise ConfigError(source, [("doublings", f"got {doublings!r}; expected an integer from "
+                                                 f"0 to {MAX_DOUBLINGS}")])
+    trace = getattr(scenario.workload, "trace", None)
+    if doublings and trace is not None and trace.file is not None:
+        raise ConfigError(source, [("workload.trace.file", "lengthening doubles a generated "
+                                    "trace's num_requests, and a trace file has the rows it "
+                                    "has; expected a generator (arrival, prompt, output, "
+                                    "num_requests), or more rows of the file "
+                                    "(workload.trace.limit) without lengthening")])
+    result = find_capacity(scenario, source=source, **search)
+    earlier: list[str] = []
+    for _ in range(doublings):
+        best = result.best
+        if result.status != "found" or not best.short_trace:
+            break
+        requests = best.requests_per_replay
+        earlier.append(f"{requests} requests: {best.offered_requests_per_s:.4g} req/s, short")
+        result = find_capacity(scenario, source=source, overrides=[
+            f"workload.trace.num_requests={2 * requests}",
+            f"workload.trace.rate_scale={best.rate_scale!r}"], **search)
+    if earlier:
+        rounds = "; ".join(earlier)
+        final = (f"{result.best.requests_per_replay} requests" if result.best is not None
+                 else "the longest trace")
+        result = replace(result, note=f"lengthened the trace ({rounds}); {final}"
+                                      + (f": {result.note}" if result.note else ""))
+    return result
 
 
 def _or(value: float | None, default: float) -> float:

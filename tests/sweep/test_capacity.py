@@ -106,6 +106,66 @@ def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagge
     assert find_capacity(DISAGG, max_probes=30).note == ""
 
 
+def lengthening_stand_in(true_capacity_per_s, e2e_ms, calls):
+    """A simulate() whose capacity looks higher on a short trace: the requests arriving
+    beyond ``true_capacity_per_s`` meet the SLO as long as the trace ends within the
+    backlog a request lifetime absorbs (``e2e_ms``), the transient a replay shows."""
+    def simulate(config, mode=None, overrides=()):
+        (override,) = overrides
+        scale = float(override.split("=", 1)[1])
+        requests = config.workload.trace.num_requests
+        offered = 10.0 * scale
+        calls.append((requests, scale))
+        span_s = (requests - 1) / offered
+        apparent = true_capacity_per_s * (1 + e2e_ms / 1e3 / span_s)
+        share = 1.0 if offered <= apparent else 0.5
+        return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
+                        "slo_attainment_ttft": share, "slo_attainment_tbt": 1.0,
+                        "goodput_requests_per_s": offered * share,
+                        "ttft_ms_p90": 50.0 * (1 + offered / apparent),  # grows with load
+                        "tbt_ms_mean": 20.0, "e2e_ms_mean": e2e_ms,
+                        "requests_rejected": 0, "requests_total": requests})
+    return simulate
+
+
+@pytest.mark.unit
+def test_lengthening_doubles_a_generated_trace_until_the_capacity_settles(monkeypatch):
+    from npusim.sweep.capacity import find_steady_capacity
+
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate", lengthening_stand_in(40.0, 2000.0, calls))
+    generated = ["workload.trace={arrival: {kind: poisson, rate_per_s: 10}, prompt: 100, "
+                 "output: 100, num_requests: 100}"]
+    short = find_capacity(DISAGG, overrides=generated, max_probes=30)
+    assert short.best.short_trace and short.max_requests_per_s > 1.2 * 40.0
+    steady = find_steady_capacity(DISAGG, overrides=generated, max_probes=30, doublings=4)
+    assert not steady.best.short_trace
+    assert 40.0 <= steady.max_requests_per_s < short.max_requests_per_s
+    sizes = sorted({requests for requests, _ in calls})
+    assert sizes == [100 * 2 ** i for i in range(len(sizes))] and len(sizes) >= 3
+    assert steady.best.requests == sizes[-1]
+    assert steady.note.startswith("lengthened the trace (100 requests: ")
+    assert f"; {sizes[-1]} requests" in steady.note
+    # each longer search starts at the rate the shorter one found, not at the trace's own
+    first_of_second = next(scale for requests, scale in calls if requests == 200)
+    assert first_of_second == pytest.approx(short.best.rate_scale)
+    # no doublings: the plain search; at most the doublings asked for
+    assert find_steady_capacity(DISAGG, overrides=generated, max_probes=30,
+                                doublings=0).best.requests == 100
+    once = find_steady_capacity(DISAGG, overrides=generated, max_probes=30, doublings=1)
+    assert once.best.requests == 200 and once.best.short_trace
+
+
+@pytest.mark.unit
+def test_lengthening_needs_a_generated_trace_and_a_doubling_count():
+    from npusim.sweep.capacity import find_steady_capacity
+
+    with pytest.raises(ConfigError, match="a trace file has the rows it has"):
+        find_steady_capacity(DISAGG, overrides=["workload.trace.file=traces/ratio_1_1_512.csv"])
+    with pytest.raises(ConfigError, match="doublings: got 7; expected an integer from 0 to 6"):
+        find_steady_capacity(DISAGG, doublings=7)
+
+
 @pytest.mark.unit
 def test_requests_that_miss_the_slo_unloaded_stop_the_search_going_down(monkeypatch):
     monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, lone_ttft_ms=1500.0))
@@ -244,6 +304,9 @@ def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, 
                                                  "(0, 1], e.g. 0.9; --max-probes: got 1"),
     (["--set", "workload.trace.limit=1"], "workload.trace: the trace has one request"),
     (["--set", "workload.slo.ttft_ms=-1"], "workload.slo.ttft_ms"),
+    (["--lengthen", "9"], "error: --lengthen: got 9; expected 0 to 6 doublings"),
+    (["--lengthen", "2"], "workload.trace.file: lengthening doubles a generated trace's "
+                          "num_requests"),
 ])
 def test_capacity_command_errors_name_the_option_and_write_nothing(args, fragment, tmp_path, capsys):
     out = tmp_path / "cap"
