@@ -323,6 +323,11 @@ class ServingDriver(KvAdmission):
 
         def try_launch(now: int) -> None:
             for replica in reps:
+                # One micro-batch per stage in flight at most (vLLM's virtual engines):
+                # else they queue without bound before a slower later stage, each with
+                # the few requests back from the pipeline, and batches shrink.
+                if in_flight[replica.index] >= len(replica.groups):
+                    continue
                 if stage_free[replica.index][0] > now:
                     if scheduled_wake.get(replica.index) != stage_free[replica.index][0]:
                         heapq.heappush(events, (stage_free[replica.index][0], next(counter),

@@ -58,8 +58,9 @@ class IterationLog:
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per replica (``decode1``, ``fused0``, ...): iterations launched, mean requests
-        and new tokens per iteration, and the mean and peak share of KV reserved when an
-        iteration launched (averaged over iterations, not over time)."""
+        and new tokens per iteration, the mean and peak share of KV reserved when an
+        iteration launched (averaged over iterations, not over time), and the most
+        micro-batches under way at once."""
         by_replica: dict[str, list[dict[str, Any]]] = {}
         for row in self.rows:
             if not row["requests"]:  # a batch preemption emptied: nothing launched
@@ -71,8 +72,14 @@ class IterationLog:
             tokens = np.array([r["prefill_tokens"] + r["decode_requests"] for r in rows], dtype=float)
             capacity = rows[0]["kv_capacity_tokens"]
             kv = np.array([r["kv_used_tokens"] for r in rows], dtype=float) / capacity
+            # Micro-batches under way at each launch, this one included (those launched
+            # so far less those ended by then): a pipelined replica holds one per stage.
+            starts = np.array([r["start_ps"] for r in rows])
+            ends = np.sort([r["end_ps"] for r in rows])
+            under_way = np.arange(1, len(rows) + 1) - np.searchsorted(ends, starts, "right")
             out[key] = {"iterations": len(rows), "batch_requests_mean": float(requests.mean()),
                         "batch_tokens_mean": float(tokens.mean()),
                         "kv_utilisation_mean": float(kv.mean()),
-                        "kv_utilisation_peak": float(kv.max())}
+                        "kv_utilisation_peak": float(kv.max()),
+                        "micro_batches_in_flight_max": int(under_way.max())}
         return out
