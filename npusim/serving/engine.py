@@ -2,12 +2,12 @@
 
 Discrete events over integer picoseconds: request arrivals, a replica's first stage
 becoming free, an iteration finishing, KV arriving at a decode replica.  Whenever a
-replica's first stage is free, its scheduler (policy only) forms the next micro-batch
-from requests that are not already in flight; the replica's backend turns it into one
-segment per pipeline stage (plus the LM head), the session times them, and the batch
-flows through the pipeline: stage ``k`` starts when stage ``k-1`` has finished this
-batch *and* stage ``k`` has finished the previous one.  So up to ``stages`` micro-batches
-(disjoint sets of requests) overlap, as in NpuSim's pipelined serving.
+replica's first stage is free and fewer than ``stages`` of its micro-batches are under
+way (``scheduler.max_micro_batches_in_flight``; vLLM's virtual engines, NpuSim's ring),
+its scheduler (policy only) forms the next micro-batch from requests not already in
+flight; the replica's backend turns it into one segment per pipeline stage (plus the LM
+head), the session times them, and the batch flows through the pipeline: stage ``k``
+starts when stage ``k-1`` has finished this batch *and* stage ``k`` the previous one.
 
 Every request ends ``finished`` or ``rejected`` with a reason; the counts are checked.
 """
@@ -321,12 +321,12 @@ class ServingDriver(KvAdmission):
             scheduled_wake[replica.index] = free[0]
             return True
 
+        most_in_flight = {r.index: self.schedulers[r.index].config.max_micro_batches_in_flight
+                          or len(r.groups) for r in reps}
+
         def try_launch(now: int) -> None:
             for replica in reps:
-                # One micro-batch per stage in flight at most (vLLM's virtual engines):
-                # else they queue without bound before a slower later stage, each with
-                # the few requests back from the pipeline, and batches shrink.
-                if in_flight[replica.index] >= len(replica.groups):
+                if in_flight[replica.index] >= most_in_flight[replica.index]:
                     continue
                 if stage_free[replica.index][0] > now:
                     if scheduled_wake.get(replica.index) != stage_free[replica.index][0]:

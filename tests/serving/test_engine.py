@@ -581,11 +581,16 @@ def test_reformed_micro_batches_stay_one_per_stage_and_tokens_keep_pace():
     # inside the pipeline, taking only the requests back from it (TPOT p99 30.6 ms
     # against 25.9 ms p50 here, and growing along longer traces); one per stage keeps
     # every token one round apart.
-    result = simulate(DISAGG, overrides=[
-        "workload.trace={num_requests: 150, seed: 1, arrival: {kind: poisson, rate_per_s: 28}, "
-        "prompt: {kind: fixed, tokens: 100}, output: {kind: fixed, tokens: 100}}"])
+    trace = ("workload.trace={num_requests: 150, seed: 1, arrival: {kind: poisson, "
+             "rate_per_s: 28}, prompt: {kind: fixed, tokens: 100}, output: {kind: fixed, "
+             "tokens: 100}}")
+    result = simulate(DISAGG, overrides=[trace])
     m = result.metrics
     decode = m["iterations_by_replica"]["decode0"]
     assert decode["micro_batches_in_flight_max"] == 3
     assert m["iterations_by_replica"]["prefill1"]["micro_batches_in_flight_max"] <= 6
     assert m["tpot_ms_p99"] < 1.1 * m["tpot_ms_p50"]
+    # More in flight, on request, lets the micro-batches queue again.
+    queued = simulate(DISAGG, overrides=[trace, "workload.scheduler.max_micro_batches_in_flight=8"])
+    assert queued.metrics["iterations_by_replica"]["decode0"]["micro_batches_in_flight_max"] == 4
+    assert queued.metrics["tpot_ms_p99"] > 1.15 * queued.metrics["tpot_ms_p50"]

@@ -148,4 +148,4 @@ def test_the_console_names_the_least_and_the_most_busy_stage(tmp_path, capsys, m
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert info.value.code in (0, None)
     assert "decode0: stage arrays busy, least / most 16.4% (stage 0) / 93.0% (stage 2)" in out, out
-    assert "prefill1: stage arrays busy, least / most 0.3% on every stage" in out, out
+    assert "prefill1: stage arrays busy, least / most 0.4% on every stage" in out, out

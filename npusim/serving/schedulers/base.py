@@ -20,6 +20,17 @@ class SchedulerConfigBase(PartConfig):
                            "stages (one micro-batch per stage, like PP serving engines) "
                            "instead of one micro-batch with all of them. Fills every stage "
                            "but shrinks batches, so weight-bound decode can get slower.")
+    max_micro_batches_in_flight: int | None = Field(
+        None, ge=1, description="Most micro-batches a pipelined replica keeps under way at "
+                                "once. None: one per pipeline stage, as vLLM's "
+                                "pipeline-parallel virtual engines and NpuSim's ring of "
+                                "micro-batches (the next one launches when one leaves the "
+                                "last stage). More lets micro-batches queue between stages "
+                                "whenever the first stage is free: a slower later stage or "
+                                "a big prefill micro-batch among small decode ones then "
+                                "idles the pipeline less, but re-formed decode micro-batches "
+                                "shrink, each taking only the requests back from the "
+                                "pipeline, so TPOT can grow along a long trace.")
     max_batch_tokens: int = Field(
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
