@@ -2,12 +2,13 @@
 
 Discrete events over integer picoseconds: request arrivals, a replica's first stage
 becoming free, an iteration finishing, KV arriving at a decode replica.  Whenever a
-replica's first stage is free and fewer than ``stages`` of its micro-batches are under
-way (``scheduler.max_micro_batches_in_flight``; vLLM's virtual engines, NpuSim's ring),
-its scheduler (policy only) forms the next micro-batch from requests not already in
-flight; the replica's backend turns it into one segment per pipeline stage (plus the LM
-head), the session times them, and the batch flows through the pipeline: stage ``k``
-starts when stage ``k-1`` has finished this batch *and* stage ``k`` the previous one.
+replica's first stage is free, its scheduler (policy only) forms the next micro-batch
+from requests not already in flight, with decodes only while fewer micro-batches with
+decodes than stages are under way (vLLM's virtual engines, NpuSim's ring; the bounds are
+the scheduler's, ``OrderedScheduler.in_flight_bounds``); the replica's backend turns it
+into one segment per pipeline stage (plus the LM head), the session times them, and the
+batch flows through the pipeline: stage ``k`` starts when stage ``k-1`` has finished
+this batch *and* stage ``k`` the previous one.
 
 Every request ends ``finished`` or ``rejected`` with a reason; the counts are checked.
 """
@@ -24,7 +25,7 @@ from npusim.core.errors import MappingError
 from npusim.serving.admission import KvAdmission
 from npusim.serving.iterations import IterationLog
 from npusim.serving.kv_cache import KvPool
-from npusim.serving.metrics import summarise
+from npusim.serving.metrics import run_info, summarise
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
 from npusim.serving.state import Entry, Refusal, RequestState, SchedulerView
 from npusim.workload.models import load_model
@@ -127,7 +128,8 @@ class ServingDriver(KvAdmission):
                                      tokens, state.prefix_keys, state.cache_hit_blocks),
                                  kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown),
                                  kv_held=lambda held: pool.charge(pool.reserved_tokens(held)),
-                                 in_pipeline=tuple(s for s in flying if s.prefill_done))
+                                 in_pipeline=tuple(s for s in flying if s.prefill_done),
+                                 decode_room=decoding[replica.index] < bounds[replica.index][1])
 
         # The router (workload.router): which entry replica an arriving request is bound
         # to, and how many unfinished requests each one holds.
@@ -316,17 +318,21 @@ class ServingDriver(KvAdmission):
                        running=sum(1 for s in view.running if id(s) not in picked),
                        preempted=len(victims))
             in_flight[replica.index] += 1
-            heapq.heappush(events, (start, next(counter), "done", (replica, entries)))
+            decodes = any(entry.state.prefill_done for entry in entries)
+            decoding[replica.index] += decodes
+            heapq.heappush(events, (start, next(counter), "done", (replica, entries, decodes)))
             heapq.heappush(events, (free[0], next(counter), "wake", replica))
             scheduled_wake[replica.index] = free[0]
             return True
 
-        most_in_flight = {r.index: self.schedulers[r.index].config.max_micro_batches_in_flight
-                          or len(r.groups) for r in reps}
+        bounds = {r.index: self.schedulers[r.index].in_flight_bounds(len(r.groups)) for r in reps}
+        decoding = {r.index: 0 for r in reps}  # micro-batches with decodes under way
 
         def try_launch(now: int) -> None:
             for replica in reps:
-                if in_flight[replica.index] >= most_in_flight[replica.index]:
+                most_any, most_decoding = bounds[replica.index]
+                if in_flight[replica.index] >= most_any or (
+                        replica.role == "decode" and decoding[replica.index] >= most_decoding):
                     continue
                 if stage_free[replica.index][0] > now:
                     if scheduled_wake.get(replica.index) != stage_free[replica.index][0]:
@@ -350,8 +356,9 @@ class ServingDriver(KvAdmission):
                         route(state)
                     arrived.append(state)
             elif kind == "done":
-                replica, entries = payload
+                replica, entries, decodes = payload
                 in_flight[replica.index] -= 1
+                decoding[replica.index] -= decodes
                 for item in entries:
                     if replica.role == "prefill" and item.samples:  # handed over: it left
                         unroute(item.state)
@@ -433,33 +440,12 @@ class ServingDriver(KvAdmission):
                             by_kind.items(), key=lambda item: (-item[1], item[0]))),
                         "iterations": sum(iterations.values()),
                         "iterations_by_replica": log.summary()})
-        info = {"model": self.model.name, "pd_mode": self.config.pd.mode,
-                "scheduler": self.config.scheduler.kind,
-                "replicas": [{"name": r.name, "role": r.role, "stages": len(r.groups),
-                              "layers_per_stage": [len(plan.layers) for plan in r.plans],
-                              "memory_by_stage": [plan.summary() for plan in r.plans],
-                              "cores": len(r.cores),
-                              "core_ids": list(r.cores), "core": self._core_summary(r.cores[0]),
-                              "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
-        # Cores no pool uses (a fused pool deeper than the layers, a split that leaves a
-        # remainder): said, since the chip's peak and area still count them.
-        chip_cores = self.device.num_cores
-        info.update(chip_cores=chip_cores,
-                    cores_idle=chip_cores - sum(len(r.cores) for r in reps))
+        info = run_info(self, pools)
         # The run's latency is the serving window, as the rates use: from the first
         # arrival (a trace need not start at 0) to the end of the last work.
         first_ps = min((s.request.arrival_ps for s in states), default=0)
         return DriveOutcome(max(0, last_ps - first_ps), len(session.segment_rows), info, metrics,
                             {"requests": rows, "iterations": log.columns()})
-
-    def _core_summary(self, core: int) -> dict:
-        """What one core of a replica is made of, as built (heterogeneous decode cores
-        differ from the preset's: the config keeps ``null`` for what was derived)."""
-        parts = self.device.parts
-        sa, sram = parts[f"core{core}.sa"].config, parts[f"core{core}.sram"].config
-        hbm = parts.get(f"core{core}.hbm")
-        return {"systolic": f"{sa.rows}x{sa.cols}", "sram_bytes_per_cycle": sram.bytes_per_cycle,
-                "hbm_channels": hbm.config.channels if hbm is not None else 0}
 
     # -- completing an iteration ---------------------------------------------------------
     def _complete(self, entry: Entry, replica: Replica, now: int, pools: dict[int, KvPool],

@@ -191,3 +191,33 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     metrics["flops_utilisation_by_replica"] = flops_share
     metrics["hbm_bandwidth_utilisation_by_replica"] = hbm_share
     return rows, metrics
+
+
+def run_info(driver, pools) -> dict[str, Any]:
+    """What a serving run was: model, PD mode, scheduler and, per replica, its role,
+    stages, layers and memory per stage, cores (what one is made of, as built) and KV
+    capacity; and the chip's cores no pool uses."""
+    reps = driver.replicas
+    info = {"model": driver.model.name, "pd_mode": driver.config.pd.mode,
+            "scheduler": driver.config.scheduler.kind,
+            "replicas": [{"name": r.name, "role": r.role, "stages": len(r.groups),
+                          "layers_per_stage": [len(plan.layers) for plan in r.plans],
+                          "memory_by_stage": [plan.summary() for plan in r.plans],
+                          "cores": len(r.cores), "core_ids": list(r.cores),
+                          "core": _core_summary(driver.device, r.cores[0]),
+                          "kv_capacity_tokens": pools[r.index].capacity_tokens} for r in reps]}
+    # Cores no pool uses (a fused pool deeper than the layers, a split that leaves a
+    # remainder): said, since the chip's peak and area still count them.
+    chip_cores = driver.device.num_cores
+    info.update(chip_cores=chip_cores, cores_idle=chip_cores - sum(len(r.cores) for r in reps))
+    return info
+
+
+def _core_summary(device, core: int) -> dict[str, Any]:
+    """What one core of a replica is made of, as built (heterogeneous decode cores
+    differ from the preset's: the config keeps ``null`` for what was derived)."""
+    parts = device.parts
+    sa, sram = parts[f"core{core}.sa"].config, parts[f"core{core}.sram"].config
+    hbm = parts.get(f"core{core}.hbm")
+    return {"systolic": f"{sa.rows}x{sa.cols}", "sram_bytes_per_cycle": sram.bytes_per_cycle,
+            "hbm_channels": hbm.config.channels if hbm is not None else 0}

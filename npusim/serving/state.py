@@ -146,6 +146,8 @@ class SchedulerView:
     kv_held: Callable[[RequestState], int] | None = None
     # This replica's decoding requests in the pipeline (they cannot give their KV up now).
     in_pipeline: tuple[RequestState, ...] = ()
+    # A micro-batch with decodes may launch (fewer are under way than the bound).
+    decode_room: bool = True
 
     @property
     def decode_share(self) -> int:

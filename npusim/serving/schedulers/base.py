@@ -20,17 +20,24 @@ class SchedulerConfigBase(PartConfig):
                            "stages (one micro-batch per stage, like PP serving engines) "
                            "instead of one micro-batch with all of them. Fills every stage "
                            "but shrinks batches, so weight-bound decode can get slower.")
-    max_micro_batches_in_flight: int | None = Field(
-        None, ge=1, description="Most micro-batches a pipelined replica keeps under way at "
-                                "once. None: one per pipeline stage, as vLLM's "
+    max_decode_micro_batches_in_flight: int | None = Field(
+        None, ge=1, description="Most micro-batches carrying decodes under way on a replica "
+                                "at once. None: one per pipeline stage, as vLLM's "
                                 "pipeline-parallel virtual engines and NpuSim's ring of "
                                 "micro-batches (the next one launches when one leaves the "
-                                "last stage). More lets micro-batches queue between stages "
-                                "whenever the first stage is free: a slower later stage or "
-                                "a big prefill micro-batch among small decode ones then "
-                                "idles the pipeline less, but re-formed decode micro-batches "
-                                "shrink, each taking only the requests back from the "
-                                "pipeline, so TPOT can grow along a long trace.")
+                                "last stage). More lets decode micro-batches queue between "
+                                "stages whenever the first stage is free; re-formed ones "
+                                "then shrink, each taking only the requests back from the "
+                                "pipeline, and TPOT can grow along a long trace (the engine "
+                                "before 2026-11-27).")
+    max_micro_batches_in_flight: int | Literal["stages"] | None = Field(
+        None, description="Most micro-batches of any kind (prompt chunks too) under way on a "
+                          "replica at once. None: no bound besides the decode one, so a "
+                          "micro-batch of prompts launches whenever the first stage is "
+                          "free (a prompt waits on no earlier iteration). 'stages': one per "
+                          "pipeline stage, as vLLM's virtual engines schedule, where a big "
+                          "prefill micro-batch holds its slot while small ones behind it "
+                          "leave stages idle.")
     max_batch_tokens: int = Field(
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
@@ -132,6 +139,14 @@ class OrderedScheduler:
 
     config: SchedulerConfigBase
     lanes: DecodeLanes | None = None  # sticky decode lanes, for the policies with them
+
+    def in_flight_bounds(self, stages: int) -> tuple[float, int]:
+        """Most micro-batches under way on a replica of ``stages`` pipeline stages: of
+        any kind, and carrying decodes (``max_micro_batches_in_flight``,
+        ``max_decode_micro_batches_in_flight``)."""
+        most = self.config.max_micro_batches_in_flight
+        most_any = float("inf") if most is None else stages if most == "stages" else most
+        return most_any, self.config.max_decode_micro_batches_in_flight or stages
 
     def launched(self, states: list[RequestState]) -> None:
         """The engine launched a micro-batch of ``states`` (what this scheduler proposed,
@@ -250,6 +265,8 @@ def decodes(running: list[RequestState], slots: int, view: SchedulerView | None 
     ``view``, at most its pipeline share, so the micro-batches fill every stage.  With
     ``lanes`` (and a ``view``), the requests of the next sticky micro-batch instead
     (:mod:`npusim.serving.schedulers.lanes`)."""
+    if view is not None and not view.decode_room:
+        return []  # as many decode micro-batches under way as the replica allows
     if view is not None and view.fill_pipeline:
         slots = min(slots, view.decode_share)
     if lanes is not None and view is not None:
