@@ -66,8 +66,10 @@ def _summary_table(result) -> None:
                           f"{100 * metrics['prefix_cache_hit_rate']:.1f}% of prompt tokens / "
                           f"{metrics['prefix_cache_evicted_blocks']:,} blocks")
         for replica, its in metrics["iterations_by_replica"].items():
-            table.add_row(f"{replica}: batch mean / KV peak",
-                          f"{its['batch_requests_mean']:.1f} req / {100 * its['kv_utilisation_peak']:.0f}%")
+            table.add_row(f"{replica}: batch mean / KV peak / most in flight",
+                          f"{its['batch_requests_mean']:.1f} req / "
+                          f"{100 * its['kv_utilisation_peak']:.0f}% / "
+                          f"{its['micro_batches_in_flight_max']} micro-batches")
         flops_share = metrics.get("flops_utilisation_by_replica", {})
         hbm_share = metrics.get("hbm_bandwidth_utilisation_by_replica", {})
         by_stage = metrics.get("sa_utilisation_by_stage", {})

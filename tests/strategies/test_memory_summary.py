@@ -58,3 +58,8 @@ def test_serving_replicas_report_their_stages_and_the_console_shows_the_range(tm
     assert shares[2] < shares[0] == shares[1]
     row = next(line for line in out.splitlines() if "decode0: weights held in SRAM" in line)
     assert f"{100 * shares[2]:.1f}% (stage 2) / {100 * shares[0]:.1f}% (stage 0)" in row
+    # a 3-stage decode pool keeps at most one decode micro-batch per stage under way
+    row = next(line for line in out.splitlines() if "decode0: batch mean" in line)
+    most = json.loads((tmp_path / "metrics.json").read_text())[
+        "iterations_by_replica"]["decode0"]["micro_batches_in_flight_max"]
+    assert 1 <= most <= 3 and f"/ {most} micro-batches" in row
