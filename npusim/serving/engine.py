@@ -69,6 +69,8 @@ class ServingDriver(KvAdmission):
         stage_free = {r.index: [0] * (len(r.groups) + 1) for r in reps}
         pools = self._pools()
         in_flight = {r.index: 0 for r in reps}
+        decoding = {r.index: 0 for r in reps}  # those of them with decodes
+        bounds = {r.index: self.schedulers[r.index].in_flight_bounds(len(r.groups)) for r in reps}
         pending_decode: dict[int, list[RequestState]] = {r.index: [] for r in reps}
         handed = {r.index: 0 for r in reps}  # KV tokens sent to a decode replica, not yet admitted
         swapped: dict[int, list[RequestState]] = {r.index: [] for r in reps}  # KV on the host
@@ -122,7 +124,7 @@ class ServingDriver(KvAdmission):
             pool = pools[replica.index]
             return SchedulerView(now, waiting, running, pool.free_tokens,
                                  reserves_max(replica), in_flight[replica.index], replica.role,
-                                 len(replica.groups), len(flying),
+                                 min(len(replica.groups), bounds[replica.index][1]), len(flying),
                                  self.config.scheduler.fill_pipeline,
                                  kv_cost=lambda state, tokens: pool.admission_cost(
                                      tokens, state.prefix_keys, state.cache_hit_blocks),
@@ -244,6 +246,8 @@ class ServingDriver(KvAdmission):
             if outranked:
                 view = views(replica, now)
             entries = scheduler.schedule(view)
+            assert view.decode_room or not any(e.state.prefill_done for e in entries), \
+                f"{type(scheduler).__name__} launched decodes past the in-flight bound"
             if not entries and not outranked:
                 return False
             with pool.batch():  # no cached block is evicted before the batch holds its KV
@@ -325,8 +329,6 @@ class ServingDriver(KvAdmission):
             scheduled_wake[replica.index] = free[0]
             return True
 
-        bounds = {r.index: self.schedulers[r.index].in_flight_bounds(len(r.groups)) for r in reps}
-        decoding = {r.index: 0 for r in reps}  # micro-batches with decodes under way
 
         def try_launch(now: int) -> None:
             for replica in reps:

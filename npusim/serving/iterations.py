@@ -73,7 +73,7 @@ class IterationLog:
             capacity = rows[0]["kv_capacity_tokens"]
             kv = np.array([r["kv_used_tokens"] for r in rows], dtype=float) / capacity
             # Micro-batches under way at each launch, this one included (those launched
-            # so far less those ended by then): a pipelined replica holds one per stage.
+            # so far less those ended by then).
             starts = np.array([r["start_ps"] for r in rows])
             ends = np.sort([r["end_ps"] for r in rows])
             under_way = np.arange(1, len(rows) + 1) - np.searchsorted(ends, starts, "right")

@@ -133,7 +133,7 @@ class SchedulerView:
     reserve_max_length: bool           # admission reserves prompt + output at once
     in_flight: int                     # batches of this replica in the pipeline
     role: str                          # "fused", "prefill" or "decode"
-    pipeline_stages: int = 1           # micro-batches the replica's pipeline can hold
+    decode_micro_batches: int = 1      # decode micro-batches it keeps under way at most
     in_flight_requests: int = 0        # requests of this replica already in the pipeline
     fill_pipeline: bool = False        # scheduler option: one micro-batch per stage
     # Free KV tokens admitting a request for so many tokens takes (whole blocks, less its
@@ -152,10 +152,10 @@ class SchedulerView:
     @property
     def decode_share(self) -> int:
         """Decodes per micro-batch that keep every pipeline stage busy: the requests
-        decoding on this replica spread evenly over its stages (as PP serving engines
-        do with one micro-batch per stage)."""
+        decoding on this replica spread evenly over its decode micro-batches (one per
+        stage, as PP serving engines keep, unless bounded lower)."""
         active = len(self.running) + self.in_flight_requests
-        return max(1, -(-active // self.pipeline_stages))
+        return max(1, -(-active // self.decode_micro_batches))
 
     def kv_need(self, state: RequestState) -> int:
         """Free KV tokens admitting ``state`` would take."""

@@ -598,8 +598,9 @@ def test_decode_micro_batches_stay_one_per_stage_and_tokens_keep_pace():
 def test_prompts_launch_whenever_the_first_stage_is_free_unless_bounded_too():
     # A burst of prompts on the 6-stage prefill pool: prompts wait on no earlier
     # iteration, so micro-batches of them follow one another as fast as the first stage
-    # frees (more than 6 under way when a big one ahead holds later stages); bounded
-    # to one per stage as vLLM's virtual engines, they wait for a slot and TTFT grows.
+    # frees (more than 6 under way when a big one ahead holds later stages, within the
+    # default 12); bounded to one per stage as vLLM's virtual engines, they wait for a
+    # slot, the next launch takes a burst, and TTFT grows.
     burst = ["workload.trace.file=traces/ratio_1_1_512.csv", "workload.trace.rate_scale=38",
              "workload.trace.limit=300"]
     free, bounded = (simulate(DISAGG, overrides=[*burst, *extra]) for extra in
@@ -607,3 +608,43 @@ def test_prompts_launch_whenever_the_first_stage_is_free_unless_bounded_too():
     assert free.metrics["iterations_by_replica"]["prefill1"]["micro_batches_in_flight_max"] > 6
     assert bounded.metrics["iterations_by_replica"]["prefill1"]["micro_batches_in_flight_max"] == 6
     assert bounded.metrics["ttft_ms_p90"] > 4 * free.metrics["ttft_ms_p90"]  # 644 vs 79 ms
+
+
+def test_an_overloaded_pipeline_backs_up_instead_of_filling_with_one_prompt_batches():
+    # A 6-stage prefill pool whose last stage holds 26 of 36 layers, 300 prompts at
+    # 100 req/s (more than it prefills).  Unbounded, a one-prompt micro-batch left
+    # whenever the first stage was free and queued before the slow stage (180 under
+    # way): the slow stage then ran prompts one at a time.  By default a replica holds
+    # twice its stages, so prompts wait and are batched.
+    overload = ["workload.trace={num_requests: 300, seed: 1, arrival: {kind: poisson, "
+                "rate_per_s: 100}, prompt: {kind: fixed, tokens: 100}, output: {kind: fixed, "
+                "tokens: 2}}", "workload.pd.prefill_layers_per_stage=[2,2,2,2,2,26]"]
+    bounded, unbounded = (simulate(DISAGG, overrides=[*overload, *extra]) for extra in
+                          ([], ["workload.scheduler.max_micro_batches_in_flight=1000"]))
+    ours, theirs = (run.metrics["iterations_by_replica"]["prefill1"] for run in (bounded, unbounded))
+    assert ours["micro_batches_in_flight_max"] == 12 < theirs["micro_batches_in_flight_max"]
+    assert ours["batch_requests_mean"] > 3 * theirs["batch_requests_mean"]
+    assert bounded.metrics["ttft_ms_p90"] < 0.8 * unbounded.metrics["ttft_ms_p90"]
+
+
+@pytest.mark.parametrize("option", ["decode_lanes: sticky", "fill_pipeline: true"])
+def test_fewer_decode_micro_batches_than_stages_keep_their_batches_whole(option):
+    # Bounded to one decode micro-batch on a 3-stage pool, sticky lanes and
+    # fill_pipeline share the requests among that one, not among three (which left each
+    # request a round of three lanes, or a third of a batch, per token).
+    def tpot(extra):
+        return serve(DISAGG, "workload.trace.limit=40",
+                     "workload.scheduler={kind: continuous, max_decode_micro_batches_in_flight: 1"
+                     f"{extra}}}").metrics["tpot_ms_p50"]
+    assert tpot(f", {option}") < 1.2 * tpot("")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "foo", "true", "2.5"])
+def test_a_bad_in_flight_bound_names_the_field_and_what_it_takes(value):
+    from npusim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        serve(FUSION, f"workload.scheduler.max_micro_batches_in_flight={value}")
+    message = str(info.value)
+    assert "workload.scheduler.max_micro_batches_in_flight" in message
+    assert message.count("max_micro_batches_in_flight:") == 1 and "'stages'" in message

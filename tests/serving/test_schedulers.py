@@ -112,7 +112,7 @@ def test_fill_pipeline_spreads_decodes_over_the_stages():
     sched = ContinuousScheduler(ContinuousConfig(fill_pipeline=True))
     running = [state(i, prefilled=100, generated=1) for i in range(10)]
     v = view(running=running)
-    v.pipeline_stages, v.fill_pipeline = 4, True
+    v.decode_micro_batches, v.fill_pipeline = 4, True
     assert len(sched.schedule(v)) == 3          # ceil(10 / 4): one micro-batch per stage
     v.fill_pipeline = False
     assert len(sched.schedule(v)) == 10
@@ -222,7 +222,7 @@ def test_chunk_settings_that_cannot_work_are_refused(settings, message):
 
 def lanes_view(running, stages):
     v = view(running=running)
-    v.pipeline_stages = stages
+    v.decode_micro_batches = stages
     return v
 
 

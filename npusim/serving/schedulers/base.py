@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from npusim.core.registry import PartConfig
 from npusim.serving.schedulers.lanes import DecodeLanes
@@ -30,14 +30,27 @@ class SchedulerConfigBase(PartConfig):
                                 "then shrink, each taking only the requests back from the "
                                 "pipeline, and TPOT can grow along a long trace (the engine "
                                 "before 2026-11-27).")
-    max_micro_batches_in_flight: int | Literal["stages"] | None = Field(
+    max_micro_batches_in_flight: Annotated[int, Field(ge=1)] | Literal["stages"] | None = Field(
         None, description="Most micro-batches of any kind (prompt chunks too) under way on a "
-                          "replica at once. None: no bound besides the decode one, so a "
-                          "micro-batch of prompts launches whenever the first stage is "
-                          "free (a prompt waits on no earlier iteration). 'stages': one per "
-                          "pipeline stage, as vLLM's virtual engines schedule, where a big "
-                          "prefill micro-batch holds its slot while small ones behind it "
-                          "leave stages idle.")
+                          "replica at once. None: twice the pipeline stages, one running "
+                          "and one waiting at each stage (a double-buffered input), so a "
+                          "micro-batch of prompts launches whenever the first stage is free "
+                          "(a prompt waits on no earlier iteration) until the pipeline backs "
+                          "up. 'stages': one per stage, as vLLM's virtual engines schedule, "
+                          "where a big prefill micro-batch holds its slot while small ones "
+                          "behind it leave stages idle. Without a bound, a pipeline whose "
+                          "later stage is slower fills with one-prompt micro-batches under "
+                          "overload.")
+
+    @field_validator("max_micro_batches_in_flight", mode="before")
+    @classmethod
+    def _a_count_or_stages(cls, value: Any) -> Any:
+        # One message instead of one per member of the union.
+        if value is None or value == "stages" or (
+                isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError(f"expected a whole number >= 1, 'stages' or null (got {value!r})")
+
     max_batch_tokens: int = Field(
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
@@ -140,12 +153,12 @@ class OrderedScheduler:
     config: SchedulerConfigBase
     lanes: DecodeLanes | None = None  # sticky decode lanes, for the policies with them
 
-    def in_flight_bounds(self, stages: int) -> tuple[float, int]:
+    def in_flight_bounds(self, stages: int) -> tuple[int, int]:
         """Most micro-batches under way on a replica of ``stages`` pipeline stages: of
         any kind, and carrying decodes (``max_micro_batches_in_flight``,
         ``max_decode_micro_batches_in_flight``)."""
         most = self.config.max_micro_batches_in_flight
-        most_any = float("inf") if most is None else stages if most == "stages" else most
+        most_any = 2 * stages if most is None else stages if most == "stages" else most
         return most_any, self.config.max_decode_micro_batches_in_flight or stages
 
     def launched(self, states: list[RequestState]) -> None:
@@ -270,7 +283,7 @@ def decodes(running: list[RequestState], slots: int, view: SchedulerView | None 
     if view is not None and view.fill_pipeline:
         slots = min(slots, view.decode_share)
     if lanes is not None and view is not None:
-        chosen = lanes.next_batch(running, slots, view.pipeline_stages)
+        chosen = lanes.next_batch(running, slots, view.decode_micro_batches)
     else:
         chosen = running[:slots]
     return [Entry(state, 1, state.kv_tokens, True) for state in chosen]
