@@ -4,11 +4,11 @@ Discrete events over integer picoseconds: request arrivals, a replica's first st
 becoming free, an iteration finishing, KV arriving at a decode replica.  Whenever a
 replica's first stage is free, its scheduler (policy only) forms the next micro-batch
 from requests not already in flight, with decodes only while fewer micro-batches with
-decodes than stages are under way (vLLM's virtual engines, NpuSim's ring; the bounds are
-the scheduler's, ``OrderedScheduler.in_flight_bounds``); the replica's backend turns it
-into one segment per pipeline stage (plus the LM head), the session times them, and the
-batch flows through the pipeline: stage ``k`` starts when stage ``k-1`` has finished
-this batch *and* stage ``k`` the previous one.
+decodes than stages are under way (vLLM's virtual engines, NpuSim's ring) and at most
+twice the stages in all (the bounds are the scheduler's, ``in_flight_bounds``); the
+replica's backend turns it into one segment per pipeline stage (plus the LM head), the
+session times them, and the batch flows through the pipeline: stage ``k`` starts when
+stage ``k-1`` has finished this batch *and* stage ``k`` the previous one.
 
 Every request ends ``finished`` or ``rejected`` with a reason; the counts are checked.
 """

@@ -10,6 +10,11 @@ from npusim.core.registry import PartConfig
 from npusim.serving.schedulers.lanes import DecodeLanes
 from npusim.serving.state import Entry, RequestState, SchedulerView
 
+#: Micro-batches of any kind a pipelined replica keeps under way per stage by default:
+#: one running and one waiting (assumption: a double-buffered stage input, as the
+#: cores' SRAM buffers double-buffer activations; no back-pressure model is built).
+IN_FLIGHT_PER_STAGE = 2
+
 
 class SchedulerConfigBase(PartConfig):
     """Limits common to every policy."""
@@ -158,7 +163,7 @@ class OrderedScheduler:
         any kind, and carrying decodes (``max_micro_batches_in_flight``,
         ``max_decode_micro_batches_in_flight``)."""
         most = self.config.max_micro_batches_in_flight
-        most_any = 2 * stages if most is None else stages if most == "stages" else most
+        most_any = IN_FLIGHT_PER_STAGE * stages if most is None else stages if most == "stages" else most
         return most_any, self.config.max_decode_micro_batches_in_flight or stages
 
     def launched(self, states: list[RequestState]) -> None:
