@@ -312,14 +312,9 @@ def _in_flight(rows) -> "np.ndarray":
     start): those launched so far, this one included, minus those of batches that
     ended by then.  A prompt whose chunks are pipelined (``pipeline_chunks``) counts once
     per micro-batch holding one of its chunks."""
-    import numpy as np
+    from npusim.serving.iterations import under_way
 
-    starts = rows["start_ps"].to_numpy()
-    requests = rows["requests"].to_numpy()
-    order = np.argsort(rows["end_ps"].to_numpy(), kind="stable")
-    ends = rows["end_ps"].to_numpy()[order]
-    finished = np.concatenate([[0], np.cumsum(requests[order])])
-    return np.cumsum(requests) - finished[np.searchsorted(ends, starts, side="right")]
+    return under_way(rows["start_ps"], rows["end_ps"], rows["requests"])
 
 
 def plot_capacity(source: Any, title: str | None = None) -> "Figure":

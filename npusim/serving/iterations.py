@@ -74,12 +74,23 @@ class IterationLog:
             kv = np.array([r["kv_used_tokens"] for r in rows], dtype=float) / capacity
             # Micro-batches under way at each launch, this one included (those launched
             # so far less those ended by then).
-            starts = np.array([r["start_ps"] for r in rows])
-            ends = np.sort([r["end_ps"] for r in rows])
-            under_way = np.arange(1, len(rows) + 1) - np.searchsorted(ends, starts, "right")
+            launched = under_way([r["start_ps"] for r in rows], [r["end_ps"] for r in rows])
             out[key] = {"iterations": len(rows), "batch_requests_mean": float(requests.mean()),
                         "batch_tokens_mean": float(tokens.mean()),
                         "kv_utilisation_mean": float(kv.mean()),
                         "kv_utilisation_peak": float(kv.max()),
-                        "micro_batches_in_flight_max": int(under_way.max())}
+                        "micro_batches_in_flight_max": int(launched.max())}
         return out
+
+
+def under_way(starts, ends, weights=None) -> np.ndarray:
+    """At each launch (``starts`` in launch order), the micro-batches under way, this one
+    included: those launched so far less those ended by then (an end at the launch's
+    time counts as ended, as the engine applies a finish before a launch).  With
+    ``weights`` (e.g. requests per micro-batch), their sum instead of their count."""
+    starts, ends = np.asarray(starts), np.asarray(ends)
+    weights = np.ones(len(starts)) if weights is None else np.asarray(weights)
+    order = np.argsort(ends, kind="stable")
+    ended = np.concatenate([[0], np.cumsum(weights[order])])
+    return np.cumsum(weights) - ended[np.searchsorted(ends[order], starts, side="right")]
+
