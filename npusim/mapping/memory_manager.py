@@ -367,12 +367,15 @@ def check_model_fits(weight_bytes: int, min_kv_bytes: int, total_sram_bytes: int
                 if reserved_sram_bytes else "")
     hint = ("add HBM (hw.hbm) or use a chip with more cores" if total_hbm_bytes == 0 else
             "use a chip with more cores or more HBM per core (hw.hbm.rows, hw.hbm.channels), "
-            "or narrower weights")
+            "or narrower weights (workload.dtype_bytes)")
+    # When the weights alone overflow, the KV term (one token, for a serving pool) only
+    # distracts from what must change.
+    needs = (f"{format_size(weight_bytes)} of weights before any KV" if weight_bytes > have else
+             f"{format_size(weight_bytes)} of weights + {format_size(min_kv_bytes)} of {kv_what}")
     raise MappingError(
-        f"{model_name} needs {format_size(weight_bytes)} of weights + "
-        f"{format_size(min_kv_bytes)} of {kv_what}, but {holder} "
+        f"{model_name} needs {needs}, but {holder} "
         f"{_gib(total_sram_bytes)} SRAM{reserved} + {_gib(total_hbm_bytes)} HBM: "
-        f"short by {format_size(need - have)}; {hint}")
+        f"short by {format_size((weight_bytes if weight_bytes > have else need) - have)}; {hint}")
 
 
 def check_model_fits_chip(model: "ModelConfig", npu: "NpuConfig", *, context_tokens: int,

@@ -281,12 +281,21 @@ def test_model_that_does_not_fit_names_the_shortfall():
     with pytest.raises(MappingError) as exc:
         check_model_fits_chip(model, npu(hbm=None), context_tokens=2048)
     message = str(exc.value)
-    need = model.weight_bytes(2) + 2048 * model.kv_bytes_per_token(2)
+    # The weights alone overflow: the message says so and leaves the KV out.
     assert message.startswith(f"{model.name} needs ")
-    assert "for one request at 2048 tokens" in message
+    assert "of weights before any KV" in message and "request at" not in message
     assert "4.0 GiB SRAM + 0.0 GiB HBM" in message
-    assert _gib_in(message, "short by") == pytest.approx((need - 4 * GIB) / GIB, abs=0.05)
+    assert _gib_in(message, "short by") == pytest.approx(
+        (model.weight_bytes(2) - 4 * GIB) / GIB, abs=0.05)
     assert "add HBM (hw.hbm)" in message
+
+
+def test_kv_that_does_not_fit_beside_the_weights_names_the_request():
+    with pytest.raises(MappingError) as exc:
+        check_model_fits(3 * GIB, 2 * GIB, 4 * GIB, 0, kv_tokens=2048)
+    message = str(exc.value)
+    assert "3.0 GiB of weights + 2.0 GiB of KV for one request at 2048 tokens" in message
+    assert _gib_in(message, "short by") == pytest.approx(1.0, abs=0.01)
 
 
 def test_check_model_fits_counts_reserved_sram():
