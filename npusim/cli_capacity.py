@@ -38,10 +38,12 @@ def capacity(
     seeds: int = typer.Option(DEFAULTS["seeds"], "--seeds", metavar="N", parser=whole_number,
                               help="Replays per probe of a generated trace, each with the "
                               "next seed, pooled (steadier on short traces)."),
-    lengthen: int = typer.Option(0, "--lengthen", metavar="N", parser=whole_number,
+    lengthen: int = typer.Option(DEFAULTS["lengthen"], "--lengthen", metavar="N", parser=whole_number,
                                  help="While the capacity is flagged as found on a trace "
-                                 "too short to settle, search again with a generated trace "
-                                 "of twice the requests, at most N times (0 to 6)."),
+                                 "too short to settle (or every probe met the SLO in one "
+                                 "burst), search again with twice the requests, at most N "
+                                 "times (0 to 6): a generator's num_requests, or a trace "
+                                 "file's limit while the file has rows."),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Where capacity.json and capacity.csv go "
                                       "(default out/capacity/<name>)."),
@@ -53,17 +55,12 @@ def capacity(
     from npusim.config.loader import load_scenario
     from npusim.core.errors import NpusimError, with_source
     from npusim.core.output_paths import check_output_dir, option_path
-    from npusim.sweep.capacity import (MAX_DOUBLINGS, argument_problems, find_capacity,
-                                       find_steady_capacity)
+    from npusim.sweep.capacity import argument_problems, find_capacity, find_steady_capacity
 
     def action() -> None:
         options = {"target_attainment": "--attainment", "tolerance": "--tolerance",
-                   "max_probes": "--max-probes", "seeds": "--seeds"}
-        problems = argument_problems(attainment, tolerance, max_probes, seeds)
-        if not 0 <= lengthen <= MAX_DOUBLINGS:
-            options["doublings"] = "--lengthen"
-            problems.append(("doublings", f"got {lengthen}; expected 0 to {MAX_DOUBLINGS} "
-                                          "doublings of a generated trace"))
+                   "max_probes": "--max-probes", "seeds": "--seeds", "lengthen": "--lengthen"}
+        problems = argument_problems(attainment, tolerance, max_probes, seeds, lengthen)
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         out_path = option_path(out, "--out", "a directory for the results")

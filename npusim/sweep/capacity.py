@@ -34,13 +34,16 @@ __all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "find_steady_capa
 #: find_capacity's defaults, shared by ``npusim capacity`` and a sweep spec's
 #: ``capacity:``: 90% of requests within the SLO (DistServe's attainment target), a
 #: bracket 5% wide, and at most 16 simulations (doubling from 1x covers 2^15).
-DEFAULTS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16, "seeds": 1}
+DEFAULTS = {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16, "seeds": 1, "lengthen": 0}
 #: Bounds of the search arguments: a bracket narrower than 0.1% is below the run-to-run
 #: sensitivity of a saturated replay (docs/serving.md); more than 100 probes is a typo.
 TOLERANCE_RANGE = (0.001, 1.0)
 MAX_PROBES_RANGE = (2, 100)
 #: Replays per probe (each a generated trace drawn with another seed).
 SEEDS_RANGE = (1, 64)
+#: At most this many doublings of the trace in :func:`find_steady_capacity` (6: 64 times
+#: the requests, each probe as many times longer).
+MAX_DOUBLINGS = 6
 #: Two probes a factor of two apart whose latencies differ by less than this share are
 #: taken as unaffected by the load (the search stops there).
 UNCHANGED_SHARE = 0.01
@@ -199,7 +202,7 @@ def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
 
 
 def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any,
-                      seeds: Any = 1) -> list[tuple[str, str]]:
+                      seeds: Any = 1, lengthen: Any = 0) -> list[tuple[str, str]]:
     """``(argument, message)`` for each search argument out of range (none: all fine)."""
     problems = []
     if isinstance(target_attainment, bool) or not isinstance(target_attainment, (int, float)) \
@@ -220,6 +223,10 @@ def argument_problems(target_attainment: Any, tolerance: Any, max_probes: Any,
     if isinstance(seeds, bool) or not isinstance(seeds, int) or not low <= seeds <= high:
         problems.append(("seeds", f"got {seeds!r}; expected an integer from {low} to {high} "
                                   "(replays per probe)"))
+    if isinstance(lengthen, bool) or not isinstance(lengthen, int) \
+            or not 0 <= lengthen <= MAX_DOUBLINGS:
+        problems.append(("lengthen", f"got {lengthen!r}; expected 0 to {MAX_DOUBLINGS} "
+                                     "doublings of the trace"))
     return problems
 
 
@@ -358,18 +365,16 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                           note=note, config=scenario.model_dump(mode="json"))
 
 
-#: At most this many doublings of a generated trace in :func:`find_steady_capacity`
-#: (6: 64 times the requests, each probe as many times longer).
-MAX_DOUBLINGS = 6
-
 
 def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable[str] = (),
                          source: str | None = None, **search: Any) -> CapacityResult:
     """:func:`find_capacity`, and while the capacity it finds is flagged as measured on
-    a trace too short to settle (:attr:`CapacityProbe.short_trace`), again with the
-    generated trace's ``num_requests`` doubled, starting from the rate found (it can
-    only fall), at most ``doublings`` times.  The result is the last search's; its note
-    lists the earlier ones.  ``search`` takes find_capacity's other arguments."""
+    a trace too short to settle (:attr:`CapacityProbe.short_trace`), or every probe met
+    the SLO with the trace arriving as one burst, again with twice the requests, starting from the rate found, at most ``doublings`` times: a generated
+    trace's ``num_requests`` doubles; a trace file's ``limit`` doubles (the first rows of
+    the file, as many as it has) until the file has no more rows, which the note then
+    says.  The result is the last search's; its note lists the earlier ones.  ``search``
+    takes find_capacity's other arguments."""
     from npusim.api import _as_scenario
 
     scenario = _as_scenario(config, list(overrides))
@@ -380,29 +385,44 @@ def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable
         raise ConfigError(source, [("doublings", f"got {doublings!r}; expected an integer from "
                                                  f"0 to {MAX_DOUBLINGS}")])
     trace = getattr(scenario.workload, "trace", None)
-    if doublings and trace is not None and trace.file is not None:
-        raise ConfigError(source, [("workload.trace.file", "lengthening doubles a generated "
-                                    "trace's num_requests, and a trace file has the rows it "
-                                    "has; expected a generator (arrival, prompt, output, "
-                                    "num_requests), or more rows of the file "
-                                    "(workload.trace.limit) without lengthening")])
+    from_file = trace is not None and trace.file is not None
+    limit = trace.limit if from_file else None  # rows of the file the last search replayed
     result = find_capacity(scenario, source=source, **search)
     earlier: list[str] = []
+    exhausted = ""
     for _ in range(doublings):
         best = result.best
-        if result.status != "found" or not best.short_trace:
+        # Too short: the capacity found settles no queue, or every probe met the SLO
+        # with the whole trace arriving as one burst (no rate is too high for it).
+        if not (result.status == "found" and best.short_trace
+                or result.status == "all_meet" and best is not None and best.burst):
             break
         requests = best.requests_per_replay
-        earlier.append(f"{requests} requests: {best.offered_requests_per_s:.4g} req/s, short")
+        if from_file and (limit is None or requests < limit):
+            # Every row of the file ran: a longer replay needs a longer file.
+            exhausted = (f"the trace file has no more rows than the {requests} replayed, so it "
+                         "cannot be lengthened; use a longer file")
+            break
+        earlier.append(f"{requests} requests: {best.offered_requests_per_s:.4g} req/s, short"
+                       if result.status == "found" else
+                       f"{requests} requests: all met up to {best.offered_requests_per_s:.4g} "
+                       "req/s, one burst")
+        limit = 2 * requests
+        size = f"workload.trace.limit={limit}" if from_file else \
+            f"workload.trace.num_requests={limit}"
         result = find_capacity(scenario, source=source, overrides=[
-            f"workload.trace.num_requests={2 * requests}",
-            f"workload.trace.rate_scale={best.rate_scale!r}"], **search)
+            size, f"workload.trace.rate_scale={result.best.rate_scale!r}"], **search)
+    notes = [result.note] if result.note else []
+    if exhausted:
+        notes.append(exhausted)
     if earlier:
         rounds = "; ".join(earlier)
         final = (f"{result.best.requests_per_replay} requests" if result.best is not None
                  else "the longest trace")
         result = replace(result, note=f"lengthened the trace ({rounds}); {final}"
-                                      + (f": {result.note}" if result.note else ""))
+                                      + (f": {'; '.join(notes)}" if notes else ""))
+    elif exhausted:
+        result = replace(result, note="; ".join(notes))
     return result
 
 

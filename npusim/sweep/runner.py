@@ -123,11 +123,13 @@ def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[s
     ``capacity.note``, the search settings (``capacity.attainment`` ...), and the fields
     of the best and first-missing probes (``capacity.best.slo_attainment`` ...; None
     where there is no such probe)."""
-    from npusim.sweep.capacity import CapacityProbe, find_capacity
+    from npusim.sweep.capacity import CapacityProbe, find_capacity, find_steady_capacity
 
-    found = find_capacity(config, target_attainment=settings["attainment"],
-                          tolerance=settings["tolerance"], max_probes=settings["max_probes"],
-                          seeds=settings.get("seeds", 1))
+    search = dict(target_attainment=settings["attainment"], tolerance=settings["tolerance"],
+                  max_probes=settings["max_probes"], seeds=settings.get("seeds", 1))
+    lengthen = settings.get("lengthen", 0)
+    found = (find_steady_capacity(config, doublings=lengthen, **search) if lengthen else
+             find_capacity(config, **search))
     row = {"capacity.status": found.status, "capacity.requests_per_s": found.max_requests_per_s,
            "capacity.probes": len(found.probes), "capacity.note": found.note,
            **{f"capacity.{name}": value for name, value in settings.items()}}

@@ -158,7 +158,9 @@ class SweepSpec:
             # A capacity search is another result than one run of the same config.
             identity = {"config": digest, "params": params}
             if self.capacity is not None:
-                identity["capacity"] = self.capacity
+                # lengthen came later: at 0 (no lengthening) stored rows keep their keys
+                identity["capacity"] = {name: value for name, value in self.capacity.items()
+                                        if not (name == "lengthen" and value == 0)}
             files = input_file_digests(config) if config is not None else {}
             if files:  # configs naming no file keep the keys they always had
                 identity["files"] = files
@@ -298,7 +300,7 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
         value = {}
     if not isinstance(value, Mapping):
         bad("capacity", f"expected a mapping such as {{attainment: 0.9, tolerance: 0.05, "
-                        f"max_probes: 16, seeds: 1}} (or true for those), got {value!r}")
+                        f"max_probes: 16, seeds: 1, lengthen: 0}} (or true for those), got {value!r}")
         return None
     for key in value:
         if key not in _CAPACITY_KEYS:
@@ -307,9 +309,10 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
             bad(f"capacity.{key}", f"unknown key{hint} (known keys: {', '.join(_CAPACITY_KEYS)})")
     settings = {key: value.get(key, default) for key, default in _CAPACITY_KEYS.items()}
     names = {"target_attainment": "attainment", "tolerance": "tolerance",
-             "max_probes": "max_probes", "seeds": "seeds"}
+             "max_probes": "max_probes", "seeds": "seeds", "lengthen": "lengthen"}
     for name, message in argument_problems(settings["attainment"], settings["tolerance"],
-                                           settings["max_probes"], settings["seeds"]):
+                                           settings["max_probes"], settings["seeds"],
+                                           settings["lengthen"]):
         bad(f"capacity.{names[name]}", message)
     return settings
 

@@ -106,14 +106,17 @@ def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagge
     assert find_capacity(DISAGG, max_probes=30).note == ""
 
 
-def lengthening_stand_in(true_capacity_per_s, e2e_ms, calls):
+def lengthening_stand_in(true_capacity_per_s, e2e_ms, calls, file_rows=None):
     """A simulate() whose capacity looks higher on a short trace: the requests arriving
     beyond ``true_capacity_per_s`` meet the SLO as long as the trace ends within the
-    backlog a request lifetime absorbs (``e2e_ms``), the transient a replay shows."""
+    backlog a request lifetime absorbs (``e2e_ms``), the transient a replay shows.
+    With ``file_rows`` the trace is a file of that many rows, cut at its ``limit``."""
     def simulate(config, mode=None, overrides=()):
         (override,) = overrides
         scale = float(override.split("=", 1)[1])
-        requests = config.workload.trace.num_requests
+        trace = config.workload.trace
+        requests = (trace.num_requests if file_rows is None else
+                    min(trace.limit or file_rows, file_rows))
         offered = 10.0 * scale
         calls.append((requests, scale))
         span_s = (requests - 1) / offered
@@ -157,11 +160,61 @@ def test_lengthening_doubles_a_generated_trace_until_the_capacity_settles(monkey
 
 
 @pytest.mark.unit
-def test_lengthening_needs_a_generated_trace_and_a_doubling_count():
+def test_lengthening_a_trace_file_doubles_its_limit_until_the_rows_run_out(monkeypatch):
     from npusim.sweep.capacity import find_steady_capacity
 
-    with pytest.raises(ConfigError, match="a trace file has the rows it has"):
-        find_steady_capacity(DISAGG, overrides=["workload.trace.file=traces/ratio_1_1_512.csv"])
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate",
+                        lengthening_stand_in(40.0, 2000.0, calls, file_rows=300))
+    in_file = ["workload.trace.file=traces/ratio_1_1_512.csv", "workload.trace.limit=100"]
+    steady = find_steady_capacity(DISAGG, overrides=in_file, max_probes=30, doublings=4)
+    # 100 rows, then 200, then the file's 300 (asked for 400); a fourth search would
+    # replay the same 300 rows, so it stops and says why
+    assert sorted({requests for requests, _ in calls}) == [100, 200, 300]
+    assert steady.best.requests == 300 and steady.best.short_trace
+    assert steady.note.startswith("lengthened the trace (100 requests: ")
+    assert "; 200 requests: " in steady.note
+    assert "no more rows than the 300 replayed" in steady.note
+    # the whole file from the start: nothing to lengthen, one search, the note says so
+    calls.clear()
+    whole = find_steady_capacity(DISAGG, overrides=in_file[:1], max_probes=30, doublings=4)
+    assert {requests for requests, _ in calls} == {300}
+    assert whole.note.endswith("cannot be lengthened; use a longer file")
+    assert "replay ends before the queues settle" in whole.note
+
+
+@pytest.mark.unit
+def test_lengthening_also_follows_a_trace_that_meets_the_slo_as_one_burst(monkeypatch):
+    from npusim.sweep.capacity import find_steady_capacity
+
+    def simulate(config, mode=None, overrides=()):
+        # Below 400 requests the latencies stop growing with the rate once the trace is
+        # one burst, and every burst meets the SLO; 400 requests miss it past 50 req/s.
+        scale = float(overrides[0].split("=", 1)[1])
+        requests = config.workload.trace.num_requests
+        offered = 10.0 * scale
+        share = 1.0 if requests < 400 or offered < 50.0 else 0.5
+        ttft = 50.0 * (min(offered, 80.0) if requests < 400 else offered)
+        return _Result({"offered_requests_per_s": offered, "slo_attainment": share,
+                        "slo_attainment_ttft": share, "slo_attainment_tbt": 1.0,
+                        "goodput_requests_per_s": offered * share, "ttft_ms_p90": ttft,
+                        "tbt_ms_mean": 20.0, "e2e_ms_mean": ttft + 100.0,
+                        "requests_rejected": 0, "requests_total": requests})
+    monkeypatch.setattr(npusim.api, "simulate", simulate)
+    generated = ["workload.trace={arrival: {kind: poisson, rate_per_s: 10}, prompt: 100, "
+                 "output: 100, num_requests: 100}"]
+    assert find_capacity(DISAGG, overrides=generated, max_probes=30).status == "all_meet"
+    steady = find_steady_capacity(DISAGG, overrides=generated, max_probes=30, doublings=2)
+    assert steady.status == "found" and steady.best.requests == 400
+    assert 45.0 < steady.max_requests_per_s < 50.0
+    assert steady.note.startswith("lengthened the trace (100 requests: all met up to ")
+    assert "one burst; 200 requests: all met" in steady.note
+
+
+@pytest.mark.unit
+def test_lengthening_takes_a_bounded_doubling_count():
+    from npusim.sweep.capacity import find_steady_capacity
+
     with pytest.raises(ConfigError, match="doublings: got 7; expected an integer from 0 to 6"):
         find_steady_capacity(DISAGG, doublings=7)
 
@@ -304,9 +357,7 @@ def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, 
                                                  "(0, 1], e.g. 0.9; --max-probes: got 1"),
     (["--set", "workload.trace.limit=1"], "workload.trace: the trace has one request"),
     (["--set", "workload.slo.ttft_ms=-1"], "workload.slo.ttft_ms"),
-    (["--lengthen", "9"], "error: --lengthen: got 9; expected 0 to 6 doublings"),
-    (["--lengthen", "2"], "workload.trace.file: lengthening doubles a generated trace's "
-                          "num_requests"),
+    (["--lengthen", "9"], "error: --lengthen: got 9; expected 0 to 6 doublings of the trace"),
 ])
 def test_capacity_command_errors_name_the_option_and_write_nothing(args, fragment, tmp_path, capsys):
     out = tmp_path / "cap"
@@ -361,6 +412,8 @@ def _capacity_spec(capacity, base=DISAGG):
     ({"max_probes": 1.5}, "capacity.max_probes", "got 1.5; expected an integer"),
     ({"attainments": 0.9}, "capacity.attainments", "unknown key; did you mean 'attainment'?"),
     ({"seeds": 100}, "capacity.seeds", "got 100; expected an integer from 1 to 64"),
+    ({"lengthen": 7}, "capacity.lengthen", "got 7; expected 0 to 6 doublings of the trace"),
+    ({"lengthen": True}, "capacity.lengthen", "got True; expected 0 to 6"),
     ("yes", "capacity", "expected a mapping such as"),
 ])
 def test_a_sweep_spec_capacity_section_is_checked(capacity, where, fragment):
@@ -376,7 +429,7 @@ def test_a_capacity_sweep_needs_a_serving_base_and_is_its_own_result():
         _capacity_spec(True, base=QUICKSTART)
     searched = _capacity_spec(True)
     assert searched.capacity == {"attainment": 0.9, "tolerance": 0.05, "max_probes": 16,
-                                 "seeds": 1}
+                                 "seeds": 1, "lengthen": 0}
     plain = _capacity_spec(None)
     assert plain.capacity is None
     # the same configs, but a search is not a run: resuming one never reuses the other
@@ -399,6 +452,38 @@ def test_a_capacity_sweep_stores_one_search_per_point(tmp_path, monkeypatch):
     assert not any(c.startswith("metrics.") for c in frame.columns)
     again = run_sweep(spec, tmp_path / "sweep", executor="serial")  # resumes: nothing to run
     assert again.skipped_done == 2 and again.ok == 0
+
+
+@pytest.mark.unit
+def test_a_capacity_sweep_can_lengthen_each_points_trace(tmp_path, monkeypatch):
+    from npusim.sweep import load_results, run_sweep
+    from npusim.sweep.paths import config_hash
+
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate", lengthening_stand_in(40.0, 2000.0, calls))
+    generated = {"arrival": {"kind": "poisson", "rate_per_s": 10}, "prompt": 100,
+                 "output": 100, "num_requests": 100}
+
+    def spec(capacity):
+        from npusim.sweep import spec_from_dict
+
+        return spec_from_dict({"name": "cap", "base": str(DISAGG), "capacity": capacity,
+                               "set": {"workload.trace": generated},
+                               "axes": {"workload.pd.prefill_cores": [42]}}, source="cap.yaml")
+    lengthened, plain = spec({"max_probes": 30, "lengthen": 2}), spec({"max_probes": 30})
+    run_sweep(lengthened, tmp_path / "sweep", executor="serial")
+    row = load_results(tmp_path / "sweep").iloc[0]
+    assert row["capacity.lengthen"] == 2 and row["capacity.best.requests"] == 400
+    assert row["capacity.note"].startswith("lengthened the trace (100 requests: ")
+    assert sorted({requests for requests, _ in calls}) == [100, 200, 400]
+    # another result than the search without lengthening; that one keeps the key it had
+    # before lengthen existed (resumed stores stay valid)
+    (point,), (unlengthened,) = lengthened.points(), plain.points()
+    assert point.key != unlengthened.key
+    settings = {k: v for k, v in plain.capacity.items() if k != "lengthen"}
+    assert unlengthened.key == config_hash({"config": unlengthened.config_hash,
+                                            "params": unlengthened.params,
+                                            "capacity": settings})[:32]
 
 
 @pytest.mark.unit
