@@ -243,14 +243,9 @@ def run(
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")
         metrics = result.metrics
-        if metrics.get("requests_rejected") and metrics.get("requests_finished"):
+        if metrics.get("requests_rejected"):
             # said even with --quiet: the latencies and rates cover only what finished
-            _warn_rejections(metrics, out_dir)
-        if metrics.get("requests_total") and not metrics.get("requests_finished"):
-            # said even with --quiet: every latency of this run is undefined (null)
-            typer.secho(f"  no request finished ({metrics['requests_rejected']} rejected): "
-                        f"latencies are null; {out_dir}/requests.csv gives each one's reason",
-                        fg=typer.colors.YELLOW, err=True)
+            _warn_rejections(metrics, result.tables.get("requests", []), out_dir)
         if not quiet:
             if not result.config.get("run", {}).get("trace", True):
                 typer.echo("  (run.trace is false: ops.csv and trace.json hold no per-task "
@@ -275,16 +270,25 @@ def _input_files(config, hw: str | None) -> dict[str, Path | None]:
     return {"hardware file": Path(hw) if hw else None, "trace": trace_path}
 
 
-def _warn_rejections(metrics: dict, out_dir: Path) -> None:
-    """How many requests were rejected, by kind of reason, and what would admit them."""
+def _warn_rejections(metrics: dict, requests: list[dict], out_dir: Path) -> None:
+    """How many requests were rejected, by kind of reason with the first one's own
+    reason (its numbers), and what would admit them."""
     from npusim.serving.state import REFUSAL_KINDS
 
-    typer.secho(f"  {metrics['requests_rejected']} of {metrics['requests_total']} requests "
-                f"rejected (latencies and rates cover the finished ones only):",
-                fg=typer.colors.YELLOW, err=True)
+    rejected, total = metrics["requests_rejected"], metrics["requests_total"]
+    if metrics.get("requests_finished"):
+        head = f"{rejected} of {total} requests rejected (latencies and rates cover the " \
+               "finished ones only):"
+    else:  # every latency of this run is undefined (null)
+        head = f"no request finished ({rejected} rejected): latencies are null:"
+    typer.secho(f"  {head}", fg=typer.colors.YELLOW, err=True)
+    first = {}
+    for row in requests:
+        first.setdefault(row.get("rejected_kind"), row.get("reason"))
     for kind, count in metrics.get("requests_rejected_by_kind", {}).items():
         meaning, hint = REFUSAL_KINDS.get(kind, (kind, ""))
-        typer.secho(f"    {count}: {meaning}" + (f" ({hint})" if hint else ""),
+        example = f"; first: {first[kind]}" if first.get(kind) else ""
+        typer.secho(f"    {count}: {meaning}" + (f" ({hint})" if hint else "") + example,
                     fg=typer.colors.YELLOW, err=True)
     typer.secho(f"    each request's reason: {out_dir}/requests.csv", fg=typer.colors.YELLOW,
                 err=True)

@@ -66,6 +66,7 @@ def request_rows(states: list[RequestState]) -> list[dict[str, Any]]:
             "request_id": r.request_id, "arrival_ps": r.arrival_ps,
             "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
             "status": "finished" if s.finished else "rejected", "reason": s.rejected,
+            "rejected_kind": s.rejected_kind,  # REFUSAL_KINDS key ("" when finished)
             "first_token_ps": s.first_token_ps, "finish_ps": s.finish_ps,
             "ttft_ps": None if s.first_token_ps is None else s.first_token_ps - r.arrival_ps,
             "e2e_ps": None if s.finish_ps is None else s.finish_ps - r.arrival_ps,

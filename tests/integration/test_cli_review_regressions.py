@@ -1,6 +1,7 @@
 """Bad input a fuzzing review found ending in a traceback, a silent default or a
 misleading result; each now gets one clear message (or an honest null)."""
 
+import csv
 import json
 
 import pytest
@@ -78,6 +79,9 @@ def test_a_serving_run_where_nothing_finishes_reports_no_latency(tmp_path, capsy
     assert metrics["requests_finished"] == 0
     assert metrics["ttft_ms_p50"] is None and metrics["e2e_ms_mean"] is None
     assert "no request finished (2 rejected): latencies are null" in err
+    # why, with the numbers of the first one, even though nothing finished
+    assert "2: prompt + output exceed the model's context window" in err
+    assert "first: prompt + output = 100004 tokens exceed qwen3_4b's context window" in err
     assert "TTFT p50 / p90 / p99" in out and "n/a" in out
 
 
@@ -95,6 +99,10 @@ def test_a_run_that_rejects_some_requests_says_how_many_and_why(tmp_path, capsys
     assert metrics["requests_rejected_by_kind"] == {"batch_tokens": 1, "context_window": 1}
     assert "2 of 3 requests rejected" in err
     assert "1: prompt longer than scheduler.max_batch_tokens" in err
+    assert "first: prompt of 3000 tokens exceeds scheduler.max_batch_tokens=2048" in err
+    with open(tmp_path / "out" / "requests.csv", newline="") as table:
+        kinds = [row["rejected_kind"] for row in csv.DictReader(table)]
+    assert kinds == ["", "batch_tokens", "context_window"]
     assert "workload.scheduler.kind=chunked_prefill" in err
 
 
