@@ -33,6 +33,10 @@ REFUSAL_KINDS: dict[str, tuple[str, str]] = {
                         "raise the batch or KV limits"),
 }
 
+#: Kinds decided when a request arrives, from the request and the configuration alone:
+#: the same requests are refused at any load (a capacity search cannot rate them away).
+NEVER_SERVABLE_KINDS = frozenset({"context_window", "kv_capacity", "batch_tokens"})
+
 
 @dataclass
 class RequestState:

@@ -74,6 +74,8 @@ class CapacityProbe:
     meets_target: bool
     e2e_ms_mean: float = math.nan  # finished requests, arrival to last token
     replays: int = 1  # traces pooled (seeds): ``requests`` counts all of theirs
+    #: rejected on arrival, as at any rate (NEVER_SERVABLE_KINDS): they cap attainment
+    requests_never_servable: int = 0
 
     @property
     def requests_per_replay(self) -> int:
@@ -253,6 +255,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     Deterministic: the same scenario gives the same probes.
     """
     from npusim.api import _as_scenario, simulate
+    from npusim.serving.state import NEVER_SERVABLE_KINDS
 
     problems = argument_problems(target_attainment, tolerance, max_probes, seeds)
     if problems:
@@ -274,6 +277,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     else:
         seed_path, first_seed = "run.seed", scenario.run.seed
     probes: list[CapacityProbe] = []
+    never_kinds: dict[str, int] = {}  # never-servable rejections of the last probe, by kind
 
     def probe(scale: float) -> CapacityProbe:
         try:
@@ -287,6 +291,9 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                                    for i in range(seeds)])
         except (MappingError, TraceError) as exc:  # the scenario object knows no file name
             raise with_source(exc, source) from None
+        never = {kind: count for kind, count in metrics.get("requests_rejected_by_kind", {}).items()
+                 if kind in NEVER_SERVABLE_KINDS}
+        never_kinds.update(never)
         if metrics["requests_total"] < 2 or not metrics["offered_requests_per_s"]:
             what = ("the trace has one request" if metrics["requests_total"] < 2 else
                     "every request of the trace arrives at the same time")
@@ -307,7 +314,8 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                             if metrics["requests_rejected"] == metrics["requests_total"] else 0.0),
             requests_rejected=metrics["requests_rejected"],
             meets_target=metrics["slo_attainment"] >= target_attainment,
-            e2e_ms_mean=_or(metrics.get("e2e_ms_mean"), math.nan), replays=seeds)
+            e2e_ms_mean=_or(metrics.get("e2e_ms_mean"), math.nan), replays=seeds,
+            requests_never_servable=sum(never.values()))
         probes.append(result)
         if progress is not None:
             progress(result)
@@ -328,6 +336,10 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
             # there, keep what ran.
             direction = "up" if miss is None else "down"
             note = f"stopped going {direction} at rate_scale {scale!r}: {exc}"
+            break
+        if _servable_share(found) < target_attainment:
+            # No rate can help: the same requests are refused at every load.
+            miss, note = found, _never_servable_note(found, never_kinds, target_attainment)
             break
         if found.meets_target:
             if meet is not None and miss is None and found.burst and _unchanged(meet, found):
@@ -357,6 +369,9 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
         else:
             miss = found
     status, note = _outcome(meet, miss, tolerance, note)
+    if meet is not None and meet.requests_never_servable:
+        capped = _never_servable_note(meet, never_kinds, target_attainment)
+        note = f"{note}; {capped}" if note else capped
     slo = {"ttft_ms": workload.slo.ttft_ms, "tbt_ms": workload.slo.tbt_ms}
     return CapacityResult(scenario=scenario.name, mode=mode or scenario.run.mode,
                           target_attainment=target_attainment, tolerance=tolerance, slo=slo,
@@ -426,6 +441,27 @@ def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable
     return result
 
 
+def _servable_share(probe: CapacityProbe) -> float:
+    """The most SLO attainment ``probe``'s trace allows at any rate."""
+    return 1.0 - probe.requests_never_servable / probe.requests if probe.requests else 1.0
+
+
+def _never_servable_note(probe: CapacityProbe, kinds: dict[str, int], target: float) -> str:
+    """Why ``probe``'s attainment is capped: the requests refused at any rate, by kind,
+    and what would admit them (the target out of reach, or the headroom left)."""
+    from npusim.serving.state import REFUSAL_KINDS
+
+    share = _servable_share(probe)
+    reasons = "; ".join(f"{count}: {REFUSAL_KINDS[kind][0]} ({REFUSAL_KINDS[kind][1]})"
+                        for kind, count in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+    head = (f"{probe.requests_never_servable} of {probe.requests} requests are rejected at any "
+            f"rate, so at most {100 * share:.1f}% can meet the SLO")
+    tail = (f", below the {100 * target:g}% target: no rate meets it" if share < target else
+            f", which leaves {100 * (share - target):.1f}% of the requests to miss it under "
+            f"load within the {100 * target:g}% target")
+    return f"{head}{tail}: {reasons}"
+
+
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -440,8 +476,13 @@ def _pooled(results: list) -> dict[str, Any]:
     tables = pd.concat([r.requests for r in results], ignore_index=True)
     metrics = [r.metrics for r in results]
     total = sum(m["requests_total"] for m in metrics)
+    by_kind: dict[str, int] = {}
+    for m in metrics:
+        for kind, count in m.get("requests_rejected_by_kind", {}).items():
+            by_kind[kind] = by_kind.get(kind, 0) + count
     out = {"requests_total": total,
            "requests_rejected": sum(m["requests_rejected"] for m in metrics),
+           "requests_rejected_by_kind": by_kind,
            "offered_requests_per_s": float(np.mean([m["offered_requests_per_s"] for m in metrics])),
            "goodput_requests_per_s": float(np.mean([m["goodput_requests_per_s"] for m in metrics]))}
     for key in ("slo_attainment", "slo_attainment_ttft", "slo_attainment_tbt"):
@@ -482,6 +523,8 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
                  f"arrive within {meet.arrival_span_ms / 1e3:.3g} s, less than "
                  f"{SHORT_TRACE_SPANS} times their mean end-to-end latency "
                  f"({meet.e2e_ms_mean / 1e3:.3g} s): the replay ends before the queues settle, "
-                 "so a longer trace (more requests) can find a lower capacity")
+                 "so a longer trace (more requests) can find a lower capacity (--lengthen N, "
+                 "capacity.lengthen in a sweep, doubles a generator's num_requests or a "
+                 "file's limit)")
         note = f"{note}; {short}" if note else short
     return "found", note

@@ -95,7 +95,9 @@ def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagge
     assert found.note == (f"at {found.best.offered_requests_per_s:.4g} req/s the 100 requests "
                           f"arrive within {span_s:.3g} s, less than 4 times their mean "
                           "end-to-end latency (1 s): the replay ends before the queues settle, "
-                          "so a longer trace (more requests) can find a lower capacity")
+                          "so a longer trace (more requests) can find a lower capacity "
+                          "(--lengthen N, capacity.lengthen in a sweep, doubles a generator's "
+                          "num_requests or a file's limit)")
     assert found.max_requests_per_s is not None  # still the bracket found, with the warning
     monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, e2e_ms=0.4e3))
     calm = find_capacity(DISAGG, max_probes=30)
@@ -217,6 +219,62 @@ def test_lengthening_takes_a_bounded_doubling_count():
 
     with pytest.raises(ConfigError, match="doublings: got 7; expected an integer from 0 to 6"):
         find_steady_capacity(DISAGG, doublings=7)
+
+
+def refusing(simulate, by_kind):
+    """``simulate`` whose runs also reject ``by_kind`` (kind: count) of the requests,
+    every one of them a request that cannot meet the SLO."""
+    def run(config, mode=None, overrides=()):
+        metrics = dict(simulate(config, mode, overrides).metrics)
+        refused = sum(by_kind.values())
+        total = metrics["requests_total"]
+        for key in ("slo_attainment", "slo_attainment_ttft", "slo_attainment_tbt"):
+            metrics[key] = min(metrics[key], 1 - refused / total)
+        metrics.update(requests_rejected=refused, requests_rejected_by_kind=dict(by_kind))
+        return _Result(metrics)
+    return run
+
+
+@pytest.mark.unit
+def test_requests_refused_at_any_rate_below_the_target_stop_the_search_at_once(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate",
+                        refusing(stand_in(47.0, calls=calls), {"batch_tokens": 35}))
+    found = find_capacity(DISAGG, max_probes=16)
+    # one probe: no rate can admit a prompt longer than the batch (the search halved
+    # 15 times, to 1e-4 req/s, before saying so)
+    assert len(calls) == 1 and found.status == "none_meets" and found.best is None
+    assert found.first_miss.requests_never_servable == 35
+    assert found.note.startswith("35 of 100 requests are rejected at any rate, so at most "
+                                 "65.0% can meet the SLO, below the 90% target: no rate meets it")
+    assert "workload.scheduler.kind=chunked_prefill" in found.note
+
+
+@pytest.mark.unit
+def test_requests_refused_at_any_rate_above_the_target_are_named_with_the_capacity(monkeypatch):
+    monkeypatch.setattr(npusim.api, "simulate",
+                        refusing(stand_in(47.0), {"batch_tokens": 3, "context_window": 2}))
+    found = find_capacity(DISAGG, max_probes=30)
+    assert found.status == "found" and 40 < found.max_requests_per_s <= 47.0
+    assert found.best.requests_never_servable == 5
+    assert found.note == ("5 of 100 requests are rejected at any rate, so at most 95.0% can "
+                          "meet the SLO, which leaves 5.0% of the requests to miss it under "
+                          "load within the 90% target: 3: prompt longer than "
+                          "scheduler.max_batch_tokens (whole prompts only) (raise "
+                          "workload.scheduler.max_batch_tokens or use "
+                          "workload.scheduler.kind=chunked_prefill); 2: prompt + output exceed "
+                          "the model's context window (a trace property: the model cannot "
+                          "serve them)")
+
+
+@pytest.mark.unit
+def test_rejections_that_depend_on_the_load_do_not_stop_the_search(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate",
+                        refusing(stand_in(47.0, calls=calls), {"never_scheduled": 35}))
+    found = find_capacity(DISAGG, max_probes=8)
+    assert len(calls) == 8 and found.first_miss.requests_never_servable == 0
+    assert "at any rate" not in found.note
 
 
 @pytest.mark.unit
