@@ -13,8 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
-                               trace_option, trace_override, whole_number)
+from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
+                               mode_option, set_option, trace_option, trace_override, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.console import console
 from npusim.core.json_keys import natural_key
@@ -197,12 +197,16 @@ def run(
     from npusim.metrics.result import output_names
 
     def action() -> None:
-        overrides = trace_override(trace)
-        out_path = option_path(out, "--out", "a directory for the results")
-        overrides += list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         # Shorthand values go in as JSON (valid YAML scalars: a model name with ': ' stays text).
         shorthands = {"model": ("--model", model), "prompt_len": ("--prompt-len", prompt_len),
                       "output_len": ("--output-len", output_len), "batch": ("--batch", batch)}
+        check_option_conflicts(set_, {
+            "--trace": (trace, ("workload.trace.file",)), "--mode": (mode, ("run.mode",)),
+            **{option: (value, (f"workload.{field}",))
+               for field, (option, value) in shorthands.items()}})
+        overrides = trace_override(trace)
+        out_path = option_path(out, "--out", "a directory for the results")
+        overrides += list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         for field, (_, value) in shorthands.items():
             if value is not None:
                 overrides.append(f"workload.{field}={json.dumps(value)}")

@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import (OnceOptionsCommand, hw_option, mode_option, set_option,
-                               trace_option, trace_override, real_number,
-                               whole_number)
+from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
+                               mode_option, set_option, trace_option, trace_override,
+                               real_number, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.sweep.capacity import DEFAULTS
 
@@ -63,6 +63,8 @@ def capacity(
         problems = argument_problems(attainment, tolerance, max_probes, seeds, lengthen)
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
+        check_option_conflicts(set_, {"--trace": (trace, ("workload.trace.file",)),
+                                      "--mode": (mode, ("run.mode",))})
         out_path = option_path(out, "--out", "a directory for the results")
         overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         config = load_scenario(scenario, overrides, option_path(hw, "--hw", "a hardware YAML file"))

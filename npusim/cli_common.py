@@ -57,8 +57,9 @@ def mode_option() -> Any:
 def trace_option() -> Any:
     """``--trace FILE`` for serving workloads."""
     return typer.Option(None, "--trace", metavar="FILE",
-                        help="Serving workloads: request trace (CSV, JSONL or Azure CSV); "
-                        "--set workload.trace.limit=N after it.")
+                        help="Serving workloads: request trace (CSV, JSONL or Azure CSV) "
+                        "in place of the scenario's; --set workload.trace.limit=N keeps "
+                        "its first N rows.")
 
 
 def trace_override(trace: str | None) -> list[str]:
@@ -71,6 +72,23 @@ def trace_override(trace: str | None) -> list[str]:
 
     path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
     return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"] if path else []
+
+
+def check_option_conflicts(set_: list[str], options: dict[str, tuple[Any, tuple[str, ...]]]
+                           ) -> None:
+    """Raise :class:`NpusimError` when a ``--set PATH=VALUE`` sets what an option given
+    beside it sets: ``options`` maps an option (``--trace``) to its value (None when not
+    given) and the paths it sets (``workload.trace.file``); a --set of such a path, or of
+    a section holding one (``workload.trace``), would silently lose to, or beat, the
+    option.  Other fields of the section (``workload.trace.limit``) are fine."""
+    for option, (value, paths) in options.items():
+        if value is None:
+            continue
+        for item in set_:
+            path = item.split("=", 1)[0].strip()
+            if any(path == target or target.startswith(path + ".") for target in paths):
+                raise NpusimError(f"{option} and --set {item} both set {paths[0]}; give one "
+                                  f"of them")
 
 
 def guard(action: Callable[[], Any]) -> Any:

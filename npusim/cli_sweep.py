@@ -11,7 +11,8 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand, mode_option, set_option, whole_number
+from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, mode_option,
+                               set_option, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
@@ -79,6 +80,7 @@ def sweep(
         if scheduler is not None and executor != "dask":  # '' too: never ignored silently
             raise NpusimError("--scheduler needs --executor dask")
         check_options(executor, workers, scheduler)  # before the spec is read and resolved
+        check_option_conflicts(overrides, {"--mode": (mode, ("run.mode",))})
         extra = [*overrides, *([f"run.mode={mode}"] if mode is not None else [])]
         parsed = load_spec(spec, extra)
         out_dir = (option_path(out, "--out", "a directory for the sweep results")

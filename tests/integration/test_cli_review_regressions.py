@@ -210,3 +210,34 @@ def test_shipped_files_run_by_the_paths_npusim_list_shows_from_any_directory(
     (tmp_path / "workloads").mkdir()  # a file of that name here wins
     code, _, err = run_cli(["run", "workloads/x.yaml"], capsys)
     assert code == 2 and "workloads/x.yaml: file not found" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    # --set won over --trace (and --model, --mode won over --set) in either order, silently
+    (["run", FUSION, "--trace", REPO_ROOT / "traces/ratio_1_1_32.csv",
+      "--set", "workload.trace.file=traces/ratio_10_1_32.csv"],
+     "--trace and --set workload.trace.file=traces/ratio_10_1_32.csv both set "
+     "workload.trace.file; give one of them"),
+    (["run", FUSION, "--set", "workload.trace={file: traces/ratio_10_1_32.csv}",
+      "--trace", REPO_ROOT / "traces/ratio_1_1_32.csv"], "--trace and --set workload.trace="),
+    (["run", QUICKSTART, "--model", "qwen3_8b", "--set", "workload.model=qwen3_1_7b"],
+     "--model and --set workload.model=qwen3_1_7b both set workload.model"),
+    (["run", QUICKSTART, "--mode", "tlm", "--set", "run.mode=analytic"],
+     "--mode and --set run.mode=analytic both set run.mode"),
+    (["capacity", FUSION, "--mode", "tlm", "--set", "run={mode: analytic}"],
+     "--mode and --set run={mode: analytic} both set run.mode"),
+    (["sweep", REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", "--mode", "tlm",
+      "--set", "run.mode=analytic"], "--mode and --set run.mode=analytic both set run.mode"),
+])
+def test_an_option_and_a_set_of_the_same_field_are_refused(args, message, tmp_path, capsys):
+    code, _, err = run_cli([*args, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_option_takes_other_trace_fields_from_set(tmp_path, capsys):
+    code, _, _ = run_cli(["run", FUSION, "-q", "--mode", "analytic", "--trace",
+                          REPO_ROOT / "traces/ratio_1_1_32.csv", "--set",
+                          "workload.trace.limit=3", "--out", tmp_path / "out"], capsys)
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert code == 0 and metrics["requests_total"] == 3
