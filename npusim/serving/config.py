@@ -21,7 +21,7 @@ from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
-from npusim.workload.llm import (LayerCount, ModelMappingChecks, _named_part,
+from npusim.workload.llm import (LayerCounts, ModelMappingChecks, _named_part,
                                  layer_counts_problem, layers_per_stage_field, pool_stages,
                                  stream_chunk_field, weight_tile_field)
 from npusim.workload.trace_spec import TraceSpec
@@ -105,11 +105,11 @@ class PdConfig(NumbersNotBooleans):
     prefill_dp: int = Field(1, ge=1, description="Prefill replicas (DP-prioritised: more "
                                                  "replicas, fewer stages each).")
     decode_dp: int = Field(1, ge=1, description="Decode replicas.")
-    layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
+    layers_per_stage: LayerCounts = layers_per_stage_field(
         "cores / (tp x dp), at most one per layer", "Fusion: ")
-    prefill_layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
+    prefill_layers_per_stage: LayerCounts = layers_per_stage_field(
         "prefill_cores / (prefill tp x prefill_dp)", "Disaggregation, prefill pipelines: ")
-    decode_layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
+    decode_layers_per_stage: LayerCounts = layers_per_stage_field(
         "decode_cores / (decode tp x decode_dp)", "Disaggregation, decode pipelines: ")
     decode_core: CoreVariant | None = Field(
         None, description="Heterogeneous disaggregation: decode cores with a different "

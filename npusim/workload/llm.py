@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from npusim.core import registry
 from npusim.core.errors import MappingError, NpusimError
@@ -132,6 +132,21 @@ def pool_stages(cores: int, tp: int, dp: int, layers: int) -> int:
 LayerCount = Annotated[IntNotBool, Field(gt=0)]
 
 
+def _layer_list(value: Any) -> Any:
+    """A lone number or a string is not a stage list: say what the list holds (pydantic
+    only says 'should be a valid list', and a reader may take the field for one count)."""
+    if value is not None and not isinstance(value, (list, tuple)):
+        raise ValueError(f"got {value!r}; expected a list with one layer count per pipeline "
+                         "stage, first to last, summing to the model's layers (e.g. "
+                         "[6, 6, 6, 6, 6, 6] for 36 layers over 6 stages)")
+    return value
+
+
+#: A ``layers_per_stage``-style list (checked for its length and sum where the stages
+#: are known).
+LayerCounts = Annotated[list[LayerCount] | None, BeforeValidator(_layer_list)]
+
+
 def layers_per_stage_field(stages: str, applies: str = "") -> Any:
     """``layers_per_stage``-style field: layers of each pipeline stage, first to last;
     ``stages`` says how many stages there are, ``applies`` when the field is used."""
@@ -205,7 +220,7 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
         None, ge=1, description="Pipeline stages (each a TP group holding consecutive "
                                 "layers). Default: as many as the chip holds, at most one "
                                 "per layer.")
-    layers_per_stage: list[LayerCount] | None = layers_per_stage_field(
+    layers_per_stage: LayerCounts = layers_per_stage_field(
         "as many as pipeline_stages when that is given; otherwise the list's length is the "
         "number of stages")
     placement: Any = Field("ring", description="Core placement by name or {kind: ...}: "

@@ -241,3 +241,17 @@ def test_a_trace_option_takes_other_trace_fields_from_set(tmp_path, capsys):
                           "workload.trace.limit=3", "--out", tmp_path / "out"], capsys)
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert code == 0 and metrics["requests_total"] == 3
+
+
+@pytest.mark.parametrize("scenario, override", [
+    # "Input should be a valid list (got 5)": read as one count, the field's name suggests
+    (FUSION, "workload.pd.layers_per_stage=5"),
+    (SCENARIOS / "qwen3_4b_npu64_pd_disagg.yaml", "workload.pd.decode_layers_per_stage='6,6'"),
+    (SCENARIOS / "qwen3_4b_npu64.yaml", "workload.layers_per_stage=4"),
+])
+def test_a_layer_count_where_a_list_goes_says_what_the_list_holds(scenario, override,
+                                                                   tmp_path, capsys):
+    code, _, err = run_cli(["run", scenario, "--set", override, "--out", tmp_path / "out"],
+                           capsys)
+    assert code == 2 and "expected a list with one layer count per pipeline stage" in err
+    assert override.split("=")[0] + ": got " in err
