@@ -98,7 +98,16 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         value = parse_yaml(raw_value) if raw_value.strip() else ""
     except yaml.constructor.ConstructorError as exc:  # e.g. a key given twice
         raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {_describe_input(raw_value)})")]) from None
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        start = raw_value.strip()[:1]
+        if start in ("{", "["):  # meant as a section or a list: the text would only be
+            # reported as "not a valid dictionary" at the field, far from the typo
+            what = "mapping, e.g. {kind: continuous}" if start == "{" else "list, e.g. [4, 4]"
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError("--set", [(raw_path.strip(), f"got {_describe_input(raw_value)}, "
+                                         f"which opens a YAML flow {what.split(',')[0]} but "
+                                         f"does not parse ({problem}); expected a flow "
+                                         f"{what}")]) from None
         value = raw_value  # not YAML: the text itself (a path, a name)
     if unencodable_path(value) is not None:  # a "\ud800" escape inside the value
         raise ConfigError("--set", [(raw_path, UNENCODABLE)])
@@ -453,12 +462,34 @@ def _with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
             continue
     if not set_paths:
         return exc
+    # An override of a section's kind: or mode: keeps the section's other fields, which
+    # the new kind may not take; a --set cannot remove them, so name the one that can.
+    switches = []
+    for set_path, text in set_paths:
+        section, _, field = set_path.rpartition(".")
+        if field in ("kind", "mode") and section:
+            value = text.split("=", 1)[1].strip()
+            switches.append((section, text, f"; the override {text} keeps {section}'s other "
+                             f"fields: --set '{section}={{{field}: {value}, ...}}' replaces the "
+                             "whole section"))
     problems = []
     for problem_path, message in exc.problems:
         origin = [text for set_path, text in set_paths if problem_path == set_path
                   or problem_path.startswith((f"{set_path}.", f"{set_path}["))]
-        problems.append((problem_path, f"{message}{OVERRIDE_NOTE.format(origin[-1])}"
-                         if origin else message))
+        if origin:
+            message += OVERRIDE_NOTE.format(origin[-1])
+        else:  # a check of a whole section: name the overrides that changed its fields
+            switched = {text for _, text, _ in switches}  # said below, with the fix
+            inside = [text for set_path, text in set_paths
+                      if set_path.startswith((f"{problem_path}.", f"{problem_path}["))
+                      and problem_path and text not in switched]
+            if inside:
+                message += f" (overrides inside it: {', '.join(inside)})"
+        for section, text, hint in switches:
+            if (problem_path == section or problem_path.startswith(f"{section}.")) \
+                    and text not in origin:
+                message += hint
+        problems.append((problem_path, message))
     return ConfigError(exc.source, problems)
 
 

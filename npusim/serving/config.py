@@ -132,8 +132,9 @@ class PdConfig(NumbersNotBooleans):
             return field, (f"tp {self.tp} x dp {self.dp} needs {self.tp * self.dp} cores; "
                            f"the {holder} has {self.cores or cores}")
         if self.mode == "disaggregation" and self.prefill_cores + self.decode_cores > cores:
-            return ("workload.pd", f"prefill_cores + decode_cores = "
-                    f"{self.prefill_cores + self.decode_cores} exceeds the chip's {cores} cores")
+            return ("workload.pd", f"prefill_cores + decode_cores = {self.prefill_cores} + "
+                    f"{self.decode_cores} = {self.prefill_cores + self.decode_cores} exceeds "
+                    f"the chip's {cores} cores")
         return None
 
     @model_validator(mode="after")

@@ -255,3 +255,29 @@ def test_a_layer_count_where_a_list_goes_says_what_the_list_holds(scenario, over
                            capsys)
     assert code == 2 and "expected a list with one layer count per pipeline stage" in err
     assert override.split("=")[0] + ": got " in err
+
+
+@pytest.mark.parametrize("scenario, overrides, message", [
+    # "remove it, or set pd.mode": a --set cannot remove a key; say what replaces it
+    (SCENARIOS / "qwen3_4b_npu64_pd_disagg.yaml", ["workload.pd.mode=fusion"],
+     "the override workload.pd.mode=fusion keeps workload.pd's other fields: --set "
+     "'workload.pd={mode: fusion, ...}' replaces the whole section"),
+    (FUSION, ["workload.scheduler.kind=continuous"],
+     "workload.scheduler.token_budget: unknown key for kind: continuous"),
+    (FUSION, ["workload.scheduler.kind=continuous"],
+     "--set 'workload.scheduler={kind: continuous, ...}' replaces the whole section"),
+    # read as the text '{mode: fusion, tp: 4' and reported as "not a valid dictionary"
+    (FUSION, ["workload.pd={mode: fusion, tp: 4"],
+     "workload.pd: got '{mode: fusion, tp: 4', which opens a YAML flow mapping but does not "
+     "parse"),
+    (FUSION, ["workload.pd.layers_per_stage=[4, 4"], "opens a YAML flow list"),
+    # neither the two counts nor the override that set one
+    (SCENARIOS / "qwen3_4b_npu64_pd_disagg.yaml", ["workload.pd.prefill_cores=49"],
+     "prefill_cores + decode_cores = 49 + 21 = 70 exceeds the chip's 64 cores (overrides "
+     "inside it: workload.pd.prefill_cores=49)"),
+])
+def test_section_errors_from_overrides_say_which_override_and_how_to_fix_it(
+        scenario, overrides, message, tmp_path, capsys):
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    code, _, err = run_cli(["run", scenario, *sets, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and message in err and "Traceback" not in err, err

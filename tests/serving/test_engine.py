@@ -310,7 +310,7 @@ def test_decode_core_variant_needs_disaggregation():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("workload.pd.prefill_cores=63", "prefill_cores + decode_cores = 84 exceeds the chip's 64 cores"),
+    ("workload.pd.prefill_cores=63", "prefill_cores + decode_cores = 63 + 21 = 84 exceeds the chip's 64 cores"),
     ("workload.scheduler=fifo_magic", "unknown scheduler 'fifo_magic'"),
     ("workload.preemption=swap", "'swap' moves a preempted request's KV to host memory"),
     ("hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200}, "
