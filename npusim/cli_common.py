@@ -110,6 +110,14 @@ class OnceOptionsCommand(TyperCommand):
     (``--set``, ``--case``) and flags are not affected.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:
+            # Typer reflows only a docstring's first paragraph; the later ones kept their
+            # source line breaks and wrapped raggedly ("change every / point's key").
+            self.help = "\n\n".join(" ".join(paragraph.split())
+                                     for paragraph in self.help.split("\n\n"))
+
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         # (typer bundles its own click: parameters are told apart by duck typing)
         options = {name: param for param in self.get_params(ctx)

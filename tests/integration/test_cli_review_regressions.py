@@ -281,3 +281,19 @@ def test_section_errors_from_overrides_say_which_override_and_how_to_fix_it(
     sets = [arg for override in overrides for arg in ("--set", override)]
     code, _, err = run_cli(["run", scenario, *sets, "--out", tmp_path / "out"], capsys)
     assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_every_commands_help_paragraphs_are_reflowed():
+    # typer reflows only the first paragraph of a docstring: the later ones kept their
+    # source line breaks and wrapped raggedly in a narrow terminal ("change every" /
+    # "point's key")
+    import typer
+
+    from npusim.cli import app
+
+    commands = typer.main.get_command(app).commands
+    assert {"run", "sweep", "capacity", "validate", "plot", "list"} <= set(commands)
+    for name, command in commands.items():
+        paragraphs = (command.help or "").split("\n\n")
+        assert all("\n" not in paragraph for paragraph in paragraphs), name
+    assert len(commands["sweep"].help.split("\n\n")) == 3
