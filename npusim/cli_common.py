@@ -70,8 +70,17 @@ def trace_override(trace: str | None) -> list[str]:
 
     from npusim.core.output_paths import option_path
 
+    from pathlib import Path
+
     path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
-    return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"] if path else []
+    if path is None:
+        return []
+    if not path.exists():  # a command-line path is the shell's: relative to here
+        raise NpusimError(f"--trace: {trace}: no such file (relative to the working directory "
+                          f"{Path.cwd()}); expected a trace file (CSV, JSONL or Azure CSV). "
+                          f"--set workload.trace.file={trace} also looks beside the scenario "
+                          "and in the npusim checkout")
+    return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"]
 
 
 def check_option_conflicts(set_: list[str], options: dict[str, tuple[Any, tuple[str, ...]]]

@@ -297,3 +297,15 @@ def test_every_commands_help_paragraphs_are_reflowed():
         paragraphs = (command.help or "").split("\n\n")
         assert all("\n" not in paragraph for paragraph in paragraphs), name
     assert len(commands["sweep"].help.split("\n\n")) == 3
+
+
+def test_a_trace_option_naming_no_file_says_where_it_looked(tmp_path, capsys, monkeypatch):
+    # from another directory --trace traces/x.csv was reported at workload.trace.file,
+    # an absolute path the user never typed
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["run", FUSION, "--trace", "traces/ratio_1_1_32.csv", "--out",
+                            tmp_path / "out"], capsys)
+    assert code == 2 and err.startswith("error: --trace: traces/ratio_1_1_32.csv: no such file")
+    assert f"relative to the working directory {tmp_path}" in err
+    assert "--set workload.trace.file=traces/ratio_1_1_32.csv also looks" in err
+    assert not (tmp_path / "out").exists()
