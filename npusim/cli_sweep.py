@@ -15,6 +15,7 @@ from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, mode_
                                set_option, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
+from npusim.core.text import counted
 from npusim.core.output_paths import option_path
 
 PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches", "capacity")
@@ -114,12 +115,13 @@ def sweep(
                         "'ttft_ms_p90', 'bytes_by_level.hbm'; globs allowed)",
                         fg=typer.colors.YELLOW, err=True)
         if summary.duplicates:
-            typer.secho(f"  {summary.duplicates} point(s) repeat another point's config and "
-                        "parameters (a random axis drew a value twice, or a grid lists "
-                        "it twice): stored once",
+            typer.secho(f"  {counted(summary.duplicates, 'point')} "
+                        f"{'repeats' if summary.duplicates == 1 else 'repeat'} another "
+                        "point's config and parameters (a random axis drew a value twice, "
+                        "or a grid lists it twice): stored once",
                         fg=typer.colors.YELLOW, err=True)
         if summary.failed_before:
-            typer.secho(f"  {summary.failed_before} point(s) stored as failed by an earlier run "
+            typer.secho(f"  {counted(summary.failed_before, 'point')} stored as failed by an earlier run "
                         f"(--retry-failed runs them again)", fg=typer.colors.YELLOW, err=True)
         typer.echo(f"results in {out_dir}/ (npusim.analysis.load_sweep('{out_dir}'))")
         return summary

@@ -76,3 +76,9 @@ def shown(text: str) -> str:
     """``text`` quoted for an error message, with anything unprintable escaped (a lone
     surrogate would otherwise break the terminal write that reports it)."""
     return ascii(text)
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 stage``, ``3 stages``: a count and its noun in the right number (``plural``
+    when it is not the noun plus s)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

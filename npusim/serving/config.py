@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
 from npusim.core.units import Bytes
+from npusim.core.text import counted
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
 from npusim.workload.llm import (LayerCounts, ModelMappingChecks, _named_part,
@@ -161,7 +162,8 @@ class PdConfig(NumbersNotBooleans):
             below = self.cores - idle
             nearest = f"{below} or {below + group}" if below else f"{group}"
             raise ValueError(f"pd.cores = {self.cores} is not a multiple of tp x dp = {group}: "
-                             f"{idle} core(s) would sit idle; expected a multiple of {group} "
+                             f"{counted(idle, 'core')} would sit idle; expected a multiple of "
+                             f"{group} "
                              f"({nearest}; or leave pd.cores out: the whole chip, rounded "
                              "down)")
         if self.mode == "disaggregation":
@@ -170,14 +172,14 @@ class PdConfig(NumbersNotBooleans):
                 group = (tp or self.tp) * dp
                 if cores < group:
                     raise ValueError(f"pd.{role}_cores = {cores} is fewer than {role} tp x dp = "
-                                     f"{group} (a stage of TP {tp or self.tp} in each of {dp} "
-                                     f"replica(s)); expected at least {group} (a multiple of "
+                                     f"{group} (a stage of TP {tp or self.tp} in each of "
+                                     f"{counted(dp, 'replica')}); expected at least {group} (a multiple of "
                                      f"it), or a smaller {role} tp x dp")
                 if cores % group:
                     below = cores - cores % group
                     nearest = f"{below} or {below + group}"
                     raise ValueError(f"pd.{role}_cores = {cores} is not a multiple of {role} tp x dp "
-                                     f"= {group}: {cores % group} core(s) would sit idle; expected "
+                                     f"= {group}: {counted(cores % group, 'core')} would sit idle; expected "
                                      f"a multiple of {group} ({nearest}), or a {role} tp x dp "
                                      f"that divides {cores}")
         if self.decode_core is not None and self.mode != "disaggregation":

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 from npusim.core import registry
 from npusim.core.errors import MappingError, with_source
+from npusim.core.text import counted
 from npusim.mapping.taskgraph import TaskGraph
 from npusim.serving.config import layers_field
 from npusim.serving.core_variants import specialise_cores
@@ -299,8 +300,8 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
             # A stage holds at least one layer: asked-for cores beyond that would idle.
             # (Fusion's default, the whole chip, uses what the layers can fill.)
             raise MappingError(
-                f"workload.pd.{cores_field} = {cores}: {dp} pipeline(s) of TP {tp} groups make "
-                f"{cores // tp // dp} stages each, but {model.name} has {layers} layers (one "
+                f"workload.pd.{cores_field} = {cores}: {counted(dp, 'pipeline')} of TP {tp} "
+                f"groups make {counted(cores // tp // dp, 'stage')} each, but {model.name} has {layers} layers (one "
                 f"or more per stage), so {cores - layers * tp * dp} cores would sit idle; "
                 f"expected at most {layers * tp * dp} cores, or a larger TP or DP")
         counts = getattr(pd, layers_field(role))
@@ -379,8 +380,9 @@ def build_replicas(device, config, model, max_request_tokens: int) -> list[Repli
                 cores_are = (f"workload.pd.{pool.cores_field} = {cores}" if given
                              else f"the chip's {cores} cores")
                 # (the error keeps its type: an out-of-memory error keeps its byte counts)
-                raise with_source(exc, f"the {role} pool ({cores_are}: {dp} pipeline(s) of "
-                                       f"{stages} stages at TP {tp}, layers per stage "
+                raise with_source(exc, f"the {role} pool ({cores_are}: "
+                                       f"{counted(dp, 'pipeline')} of "
+                                       f"{counted(stages, 'stage')} at TP {tp}, layers per stage "
                                        f"{_runs(split)})") from None
     return replicas
 

@@ -323,19 +323,19 @@ def test_decode_core_variant_needs_disaggregation():
     ("workload.pd.decode_core={hbm_channels: 2048}",
      "workload.pd.decode_core.hbm_channels: Input should be less than or equal to 1024"),
     ("workload.pd.prefill_cores=40", "pd.prefill_cores = 40 is not a multiple of prefill tp x dp = 7"
-                                     ": 5 core(s) would sit idle; expected a multiple of 7 (35 or 42)"),
+                                     ": 5 cores would sit idle; expected a multiple of 7 (35 or 42)"),
     # fewer cores than one group: the nearest multiple is not 0 (which is refused too)
     ("workload.pd.decode_tp=64", "pd.decode_cores = 21 is fewer than decode tp x dp = 64 (a stage "
-                                 "of TP 64 in each of 1 replica(s)); expected at least 64"),
+                                 "of TP 64 in each of 1 replica); expected at least 64"),
     ("workload.pd.dp=2", "pd.dp=2: only mode: fusion uses it"),
     # fusion too: an explicit core count that leaves cores idle is an error, not rounded
     ("workload.pd={mode: fusion, cores: 50, tp: 4}",
-     "pd.cores = 50 is not a multiple of tp x dp = 4: 2 core(s) would sit idle"),
+     "pd.cores = 50 is not a multiple of tp x dp = 4: 2 cores would sit idle"),
     # Qwen3-4B has 36 layers: 42 one-core stages would leave 6 cores without a layer.
-    ("workload.pd.tp=1", "workload.pd.prefill_cores = 42: 1 pipeline(s) of TP 1 groups make "
+    ("workload.pd.tp=1", "workload.pd.prefill_cores = 42: 1 pipeline of TP 1 groups make "
                          "42 stages each, but qwen3_4b has 36 layers"),
     # a core's memory plan that fails says whose core it is
-    ("hw.hbm.rows=4096", "the decode pool (workload.pd.decode_cores = 21: 1 pipeline(s) of 3 "
+    ("hw.hbm.rows=4096", "the decode pool (workload.pd.decode_cores = 21: 1 pipeline of 3 "
                          "stages at TP 7, layers per stage 12 x 3): qwen3_4b needs 7.5 GiB"),
 ])
 def test_bad_serving_settings_exit_2_with_one_clear_message(override, message, tmp_path):
@@ -351,7 +351,7 @@ def test_a_pool_whose_memory_plan_fails_is_named_with_its_layers():
 
     # the layers as given, not the even split; the error keeps its type
     with pytest.raises(MappingError, match=r": the decode pool \(workload.pd.decode_cores = 21: "
-                                           r"1 pipeline\(s\) of 3 stages at TP 7, layers per "
+                                           r"1 pipeline of 3 stages at TP 7, layers per "
                                            r"stage 4 x 2, 28\): "):
         simulate(DISAGG, overrides=["workload.trace.limit=2", "hw.hbm.rows=4096",
                                     "workload.pd.decode_layers_per_stage=[4,4,28]"])
