@@ -107,6 +107,7 @@ class SweepSpec:
         defaults = base_defaults(self)
         problems: list[tuple[str, str]] = []
         points: list[Point] = []
+        traces_read: dict[str, str | None] = {}  # a trace file's settings -> its problem
         for index, swept in enumerate(self.combinations()):
             params = dict(swept)
             label = ", ".join(f"{k}={v!r}" for k, v in swept.items()) or "base"
@@ -142,7 +143,9 @@ class SweepSpec:
             try:
                 raw = _resolve_with_overrides(copy.deepcopy(self.base), overrides, self.base_source)
                 if skip is None:
-                    config = validate(scenario_model(), raw, self.base_source).model_dump(mode="json")
+                    scenario = validate(scenario_model(), raw, self.base_source)
+                    _check_trace_file(scenario, traces_read, self.base_source)
+                    config = scenario.model_dump(mode="json")
                     kind = config["workload"].get("kind")
                     if self.capacity is not None and kind != "serving":
                         raise ConfigError(self.base_source, [(
@@ -288,6 +291,31 @@ def _parse_metrics(value: Any, bad) -> tuple[str, ...] | None:
             bad(f"metrics[{index}]", f"expected a metric name or glob pattern (e.g. "
                                      f"'ttft_ms_*'), got {pattern!r}")
     return tuple(p.strip() for p in value if isinstance(p, str))
+
+
+def _check_trace_file(scenario: Any, read: dict[str, str | None], source: str) -> None:
+    """Raise :class:`ConfigError` if the trace file ``scenario`` replays is missing or
+    malformed: read once per file and settings (``read`` remembers), so a bad row stops
+    the sweep before any point runs instead of failing every point."""
+    from npusim.config.presets import REPO_ROOT
+    from npusim.core.errors import TraceError
+
+    trace = getattr(scenario.workload, "trace", None)
+    if trace is None or getattr(trace, "file", None) is None:
+        return
+    # the rows do not depend on rate_scale (it only rescales arrivals)
+    settings = trace.model_dump_json(exclude={"rate_scale"})
+    if settings not in read:
+        try:
+            trace.build(base_dir=REPO_ROOT)
+            read[settings] = None
+        except TraceError as exc:
+            read[settings] = str(exc)
+    if read[settings] is not None:
+        message = read[settings]
+        path, _, rest = message.partition(": ")
+        raise ConfigError(source, [(path, rest) if path == "workload.trace.file"
+                                   else ("workload.trace.file", message)])
 
 
 def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:

@@ -105,6 +105,30 @@ def test_invalid_points_error_or_skip():
     assert "invalid config" in points[1].skip_reason and "12XB" in points[1].skip_reason
 
 
+def test_a_malformed_trace_file_is_a_spec_error_before_any_point_runs(tmp_path, monkeypatch):
+    # every point used to run and fail on the same row (exit 1 after the whole sweep)
+    import npusim.workload.trace_readers as readers
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,arrival_ps,prompt_tokens,output_tokens\na,0,100,10\nb,5,-3,10\n")
+    reads = []
+    real = readers.read_trace
+    monkeypatch.setattr(readers, "read_trace", lambda *a, **k: reads.append(a) or real(*a, **k))
+    fusion = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml")
+    body = {"base": fusion, "set": {"workload.trace.file": str(bad)},
+            "axes": {"workload.scheduler.token_budget": [256, 512],
+                     "workload.trace.rate_scale": [1.0, 2.0]}}
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(body, source="test.yaml").points()
+    assert len(info.value.problems) == 4 and len(reads) == 1  # read once, rate_scale aside
+    path, message = info.value.problems[0]
+    assert path == "point 0 (workload.scheduler.token_budget=256, workload.trace.rate_scale=1.0):" \
+                   " workload.trace.file"
+    assert message.startswith(f"{bad}:3: column 'prompt_tokens': got '-3'")
+    skipped = spec_from_dict({**body, "on_invalid": "skip"}, source="test.yaml").points()
+    assert all("invalid config: workload.trace.file" in p.skip_reason for p in skipped)
+
+
 def test_spec_file_errors_name_file_field_and_value(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(textwrap.dedent(f"""\
