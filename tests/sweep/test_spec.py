@@ -107,13 +107,13 @@ def test_invalid_points_error_or_skip():
 
 def test_a_malformed_trace_file_is_a_spec_error_before_any_point_runs(tmp_path, monkeypatch):
     # every point used to run and fail on the same row (exit 1 after the whole sweep)
-    import npusim.workload.trace_readers as readers
+    import npusim.workload.trace_spec as trace_spec
 
     bad = tmp_path / "bad.csv"
     bad.write_text("id,arrival_ps,prompt_tokens,output_tokens\na,0,100,10\nb,5,-3,10\n")
     reads = []
-    real = readers.read_trace
-    monkeypatch.setattr(readers, "read_trace", lambda *a, **k: reads.append(a) or real(*a, **k))
+    real = trace_spec.read_trace
+    monkeypatch.setattr(trace_spec, "read_trace", lambda *a, **k: reads.append(a) or real(*a, **k))
     fusion = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml")
     body = {"base": fusion, "set": {"workload.trace.file": str(bad)},
             "axes": {"workload.scheduler.token_budget": [256, 512],
