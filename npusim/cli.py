@@ -25,6 +25,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="npusim: simulate LLM inference on NPUs and other accelerators.")
 
 
+def _share_text(share: float) -> str:
+    """A share as a percentage that shows a small one (0.4%, not 0%)."""
+    percent = 100 * share
+    return f"{percent:.0f}%" if percent >= 10 or percent == 0 else f"{percent:.2g}%"
+
+
 def _summary_table(result) -> None:
     from rich.table import Table
 
@@ -68,7 +74,7 @@ def _summary_table(result) -> None:
         for replica, its in metrics["iterations_by_replica"].items():
             table.add_row(f"{replica}: batch mean / KV peak / most in flight",
                           f"{its['batch_requests_mean']:.1f} req / "
-                          f"{100 * its['kv_utilisation_peak']:.0f}% / "
+                          f"{_share_text(its['kv_utilisation_peak'])} / "
                           f"{its['micro_batches_in_flight_max']} micro-batches")
         flops_share = metrics.get("flops_utilisation_by_replica", {})
         hbm_share = metrics.get("hbm_bandwidth_utilisation_by_replica", {})
@@ -119,7 +125,9 @@ def _summary_table(result) -> None:
     for unit, share in busiest:
         if share > 0:
             table.add_row(f"utilisation {unit}", f"{100 * share:.1f}%")
-    table.add_row("events / transactions", f"{metrics['events']:,} / {metrics['transactions']:,}")
+    if metrics["events"] or metrics["transactions"]:  # none in analytic mode: no SimPy run
+        table.add_row("events / transactions",
+                      f"{metrics['events']:,} / {metrics['transactions']:,}")
     memo = metrics["memo"]
     table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
     table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")

@@ -309,3 +309,13 @@ def test_a_trace_option_naming_no_file_says_where_it_looked(tmp_path, capsys, mo
     assert f"relative to the working directory {tmp_path}" in err
     assert "--set workload.trace.file=traces/ratio_1_1_32.csv also looks" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_shows_a_small_kv_peak_and_no_empty_event_count(tmp_path, capsys):
+    # "KV peak 0%" for 0.14%, and "events / transactions 0 / 0" in analytic mode
+    code, out, _ = run_cli(["run", FUSION, "--mode", "analytic", "--out", tmp_path / "out"],
+                           capsys)
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    peak = 100 * metrics["iterations_by_replica"]["fused0"]["kv_utilisation_peak"]
+    assert code == 0 and 0 < peak < 1 and f"/ {peak:.2g}% /" in out
+    assert "events / transactions" not in out
