@@ -20,9 +20,10 @@ class ChunkedPrefillConfig(PipelinedDecodeConfig):
                                "chunk of N tokens costs N (NpuSim §4.3.2; N not given "
                                "there, assumption: 512 as Sarathi-Serve's default).")
     prefill_chunk: int = Field(
-        512, ge=1, description="Most prompt tokens of one request per iteration (the "
-                               "budget left after the decodes caps a chunk too, so a "
-                               "prefill_chunk above token_budget acts as token_budget).")
+        512, ge=1, description="Most prompt tokens of one request per iteration (unless "
+                               "prefill_chunk_units is set, the budget left after the "
+                               "decodes caps a chunk too, so a prefill_chunk above "
+                               "token_budget acts as token_budget).")
     chunk_kv: Literal["keep", "recompute"] = Field(
         "keep", description="'keep': a prompt's KV stays cached between its chunks, so a "
                             "chunk computes only its own tokens and reads the earlier ones' "
