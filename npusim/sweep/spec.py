@@ -107,7 +107,7 @@ class SweepSpec:
         defaults = base_defaults(self)
         problems: list[tuple[str, str]] = []
         points: list[Point] = []
-        traces_read: dict[str, str | None] = {}  # a trace file's settings -> its problem
+        traces_read: dict[str, Any] = {}  # a trace file's settings -> its trace or error
         for index, swept in enumerate(self.combinations()):
             params = dict(swept)
             label = ", ".join(f"{k}={v!r}" for k, v in swept.items()) or "base"
@@ -293,9 +293,11 @@ def _parse_metrics(value: Any, bad) -> tuple[str, ...] | None:
     return tuple(p.strip() for p in value if isinstance(p, str))
 
 
-def _check_trace_file(scenario: Any, read: dict[str, str | None], source: str) -> None:
+def _check_trace_file(scenario: Any, read: dict[str, Any], source: str) -> None:
     """Raise :class:`ConfigError` if the trace file ``scenario`` replays is missing or
-    malformed: read once per file and settings (``read`` remembers), so a bad row stops
+    malformed (at ``workload.trace.file``), or its ``rate_scale`` stretches the arrivals
+    past what a run holds (at ``workload.trace.rate_scale``): the file is read once per
+    file and settings (``read`` remembers the trace or the error), so a bad row stops
     the sweep before any point runs instead of failing every point."""
     from npusim.config.presets import REPO_ROOT
     from npusim.core.errors import TraceError
@@ -303,19 +305,24 @@ def _check_trace_file(scenario: Any, read: dict[str, str | None], source: str) -
     trace = getattr(scenario.workload, "trace", None)
     if trace is None or getattr(trace, "file", None) is None:
         return
-    # the rows do not depend on rate_scale (it only rescales arrivals)
-    settings = trace.model_dump_json(exclude={"rate_scale"})
+    # The rows do not depend on rate_scale: read at 1, rescale per point.
+    unscaled = trace.model_copy(update={"rate_scale": 1.0})
+    settings = unscaled.model_dump_json()
     if settings not in read:
         try:
-            trace.build(base_dir=REPO_ROOT)
-            read[settings] = None
+            read[settings] = unscaled.build(base_dir=REPO_ROOT)  # as the engine finds it
         except TraceError as exc:
-            read[settings] = str(exc)
-    if read[settings] is not None:
-        message = read[settings]
+            read[settings] = exc
+    found = read[settings]
+    if isinstance(found, TraceError):
+        message = str(found)
         path, _, rest = message.partition(": ")
         raise ConfigError(source, [(path, rest) if path == "workload.trace.file"
                                    else ("workload.trace.file", message)])
+    try:
+        found.rescale_rate(trace.rate_scale)
+    except TraceError as exc:
+        raise ConfigError(source, [("workload.trace.rate_scale", str(exc))]) from None
 
 
 def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:

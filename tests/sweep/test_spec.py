@@ -129,6 +129,20 @@ def test_a_malformed_trace_file_is_a_spec_error_before_any_point_runs(tmp_path, 
     assert all("invalid config: workload.trace.file" in p.skip_reason for p in skipped)
 
 
+@pytest.mark.parametrize("scales", [[1e-9, 1.0], [1.0, 1e-9]])
+def test_a_rate_scale_that_stretches_a_trace_file_too_far_is_that_points_error(scales):
+    # the file was checked once for all rate scales: the first point's outcome held for
+    # every point (a valid point refused, or a bad one let through to fail at run time)
+    fusion = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml")
+    body = {"base": fusion, "axes": {"workload.trace.rate_scale": scales}}
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict(body, source="test.yaml").points()
+    (path, message), = info.value.problems
+    bad = scales.index(1e-9)
+    assert path == f"point {bad} (workload.trace.rate_scale=1e-09): workload.trace.rate_scale"
+    assert "rate scale factor: got 1e-09; the last arrival" in message
+
+
 def test_spec_file_errors_name_file_field_and_value(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(textwrap.dedent(f"""\
