@@ -28,6 +28,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 def _share_text(share: float) -> str:
     """A share as a percentage that shows a small one (0.4%, not 0%)."""
     percent = 100 * share
+    if 0 < percent < 0.01:
+        return "<0.01%"
     return f"{percent:.0f}%" if percent >= 10 or percent == 0 else f"{percent:.2g}%"
 
 
@@ -200,7 +202,8 @@ def run(
     trace.json, config.resolved.yaml and host.json (serving runs also requests.csv and
     iterations.csv)."""
     from npusim.api import simulate
-    from npusim.config.loader import OVERRIDE_NOTE, load_scenario
+    from npusim.config.loader import load_scenario
+    from npusim.config.overrides import OVERRIDE_NOTE
     from npusim.core.output_paths import check_not_inputs, check_output_dir, option_path
     from npusim.metrics.result import output_names
 
@@ -210,6 +213,7 @@ def run(
                       "output_len": ("--output-len", output_len), "batch": ("--batch", batch)}
         check_option_conflicts(set_, {
             "--trace": (trace, ("workload.trace.file",)), "--mode": (mode, ("run.mode",)),
+            "--hw": (hw, ("hw",)),
             **{option: (value, (f"workload.{field}",))
                for field, (option, value) in shorthands.items()}})
         overrides = trace_override(trace)

@@ -55,7 +55,8 @@ def capacity(
     from npusim.config.loader import load_scenario
     from npusim.core.errors import NpusimError, with_source
     from npusim.core.output_paths import check_output_dir, option_path
-    from npusim.sweep.capacity import argument_problems, find_capacity, find_steady_capacity
+    from npusim.sweep.capacity import argument_problems, find_capacity
+    from npusim.sweep.capacity_lengthen import find_steady_capacity
 
     def action() -> None:
         options = {"target_attainment": "--attainment", "tolerance": "--tolerance",
@@ -64,7 +65,7 @@ def capacity(
         if problems:
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         check_option_conflicts(set_, {"--trace": (trace, ("workload.trace.file",)),
-                                      "--mode": (mode, ("run.mode",))})
+                                      "--mode": (mode, ("run.mode",)), "--hw": (hw, ("hw",))})
         out_path = option_path(out, "--out", "a directory for the results")
         overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         config = load_scenario(scenario, overrides, option_path(hw, "--hw", "a hardware YAML file"))

@@ -67,10 +67,9 @@ def trace_override(trace: str | None) -> list[str]:
     file name goes in as a JSON string, a valid YAML double-quoted scalar, so quotes,
     ': ' or ' #' in it are not read as YAML syntax); none without the option."""
     import json
+    from pathlib import Path
 
     from npusim.core.output_paths import option_path
-
-    from pathlib import Path
 
     path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
     if path is None:

@@ -11,12 +11,13 @@ Heavy modules load on first use, so importing :mod:`npusim.sweep` stays cheap.
 from __future__ import annotations
 
 __all__ = ["SweepSpec", "Point", "load_spec", "spec_from_dict", "run_sweep", "SweepSummary",
-           "load_results", "ResultStore", "config_hash", "find_capacity", "CapacityResult"]
+           "load_results", "ResultStore", "config_hash", "find_capacity", "CapacityResult",
+           "find_steady_capacity"]
 
 _HOMES = {"SweepSpec": "spec", "Point": "spec", "load_spec": "spec", "spec_from_dict": "spec",
           "config_hash": "spec", "run_sweep": "runner", "SweepSummary": "runner",
           "load_results": "store", "ResultStore": "store", "find_capacity": "capacity",
-          "CapacityResult": "capacity"}
+          "CapacityResult": "capacity", "find_steady_capacity": "capacity_lengthen"}
 
 
 def __getattr__(name: str):

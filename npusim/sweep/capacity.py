@@ -31,6 +31,15 @@ from npusim.core.errors import ConfigError, MappingError, OutputError, TraceErro
 __all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "find_steady_capacity",
            "DEFAULTS", "probes_table"]
 
+def __getattr__(name: str) -> Any:
+    # find_steady_capacity lives beside (it calls find_capacity); importable from here
+    if name == "find_steady_capacity":
+        from npusim.sweep.capacity_lengthen import find_steady_capacity
+
+        return find_steady_capacity
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: find_capacity's defaults, shared by ``npusim capacity`` and a sweep spec's
 #: ``capacity:``: 90% of requests within the SLO (DistServe's attainment target), a
 #: bracket 5% wide, and at most 16 simulations (doubling from 1x covers 2^15).
@@ -196,8 +205,9 @@ def _unchanged(lower: CapacityProbe, higher: CapacityProbe) -> bool:
     """Whether the latencies of two probes a factor of two apart are within 1%: the load
     no longer matters (going down with arrivals spread out: requests no longer wait for
     each other; going up in a burst: the trace cannot arrive any faster).  Probes that
-    rejected requests are never alike: their latencies leave the rejected out."""
-    if lower.requests_rejected or higher.requests_rejected:
+    rejected requests under load are never alike: their latencies leave the rejected
+    out (requests refused on arrival are the same at every rate)."""
+    if _load_rejections(lower) or _load_rejections(higher):
         return False
     return (abs(lower.ttft_ms_p90 - higher.ttft_ms_p90) <= UNCHANGED_SHARE * higher.ttft_ms_p90
             and abs(lower.tbt_ms_mean - higher.tbt_ms_mean) <= UNCHANGED_SHARE * higher.tbt_ms_mean)
@@ -368,7 +378,10 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
             meet = found
         else:
             miss = found
-    status, note = _outcome(meet, miss, tolerance, note)
+    # A file replayed whole has no rows to add: do not point at --lengthen then.
+    rows = file_rows(workload.trace) if meet is not None and meet.short_trace else None
+    lengthenable = rows is None or meet.requests_per_replay < rows
+    status, note = _outcome(meet, miss, tolerance, note, lengthenable)
     if meet is not None and meet.requests_never_servable:
         capped = _never_servable_note(meet, never_kinds, target_attainment)
         note = f"{note}; {capped}" if note else capped
@@ -380,65 +393,20 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                           note=note, config=scenario.model_dump(mode="json"))
 
 
+def file_rows(trace: Any) -> int | None:
+    """How many requests a trace file holds (every row, whatever ``limit`` keeps); None
+    for a generated trace."""
+    if trace is None or trace.file is None:
+        return None
+    from npusim.config.presets import REPO_ROOT
 
-def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable[str] = (),
-                         source: str | None = None, **search: Any) -> CapacityResult:
-    """:func:`find_capacity`, and while the capacity it finds is flagged as measured on
-    a trace too short to settle (:attr:`CapacityProbe.short_trace`), or every probe met
-    the SLO with the trace arriving as one burst, again with twice the requests, starting from the rate found, at most ``doublings`` times: a generated
-    trace's ``num_requests`` doubles; a trace file's ``limit`` doubles (the first rows of
-    the file, as many as it has) until the file has no more rows, which the note then
-    says.  The result is the last search's; its note lists the earlier ones.  ``search``
-    takes find_capacity's other arguments."""
-    from npusim.api import _as_scenario
+    whole = trace.model_copy(update={"limit": None, "rate_scale": 1.0})
+    return len(whole.build(base_dir=REPO_ROOT))  # found as the engine finds it
 
-    scenario = _as_scenario(config, list(overrides))
-    if source is None:
-        source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
-    if isinstance(doublings, bool) or not isinstance(doublings, int) \
-            or not 0 <= doublings <= MAX_DOUBLINGS:
-        raise ConfigError(source, [("doublings", f"got {doublings!r}; expected an integer from "
-                                                 f"0 to {MAX_DOUBLINGS}")])
-    trace = getattr(scenario.workload, "trace", None)
-    from_file = trace is not None and trace.file is not None
-    limit = trace.limit if from_file else None  # rows of the file the last search replayed
-    result = find_capacity(scenario, source=source, **search)
-    earlier: list[str] = []
-    exhausted = ""
-    for _ in range(doublings):
-        best = result.best
-        # Too short: the capacity found settles no queue, or every probe met the SLO
-        # with the whole trace arriving as one burst (no rate is too high for it).
-        if not (result.status == "found" and best.short_trace
-                or result.status == "all_meet" and best is not None and best.burst):
-            break
-        requests = best.requests_per_replay
-        if from_file and (limit is None or requests < limit):
-            # Every row of the file ran: a longer replay needs a longer file.
-            exhausted = (f"the trace file has no more rows than the {requests} replayed, so it "
-                         "cannot be lengthened; use a longer file")
-            break
-        earlier.append(f"{requests} requests: {best.offered_requests_per_s:.4g} req/s, short"
-                       if result.status == "found" else
-                       f"{requests} requests: all met up to {best.offered_requests_per_s:.4g} "
-                       "req/s, one burst")
-        limit = 2 * requests
-        size = f"workload.trace.limit={limit}" if from_file else \
-            f"workload.trace.num_requests={limit}"
-        result = find_capacity(scenario, source=source, overrides=[
-            size, f"workload.trace.rate_scale={result.best.rate_scale!r}"], **search)
-    notes = [result.note] if result.note else []
-    if exhausted:
-        notes.append(exhausted)
-    if earlier:
-        rounds = "; ".join(earlier)
-        final = (f"{result.best.requests_per_replay} requests" if result.best is not None
-                 else "the longest trace")
-        result = replace(result, note=f"lengthened the trace ({rounds}); {final}"
-                                      + (f": {'; '.join(notes)}" if notes else ""))
-    elif exhausted:
-        result = replace(result, note="; ".join(notes))
-    return result
+
+def _load_rejections(probe: CapacityProbe) -> int:
+    """Requests ``probe`` rejected because of the load (not on arrival)."""
+    return probe.requests_rejected - probe.requests_never_servable
 
 
 def _servable_share(probe: CapacityProbe) -> float:
@@ -497,8 +465,9 @@ def _pooled(results: list) -> dict[str, Any]:
 
 
 def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: float,
-             note: str) -> tuple[Status, str]:
-    """The search's status and, unless the search already said why it stopped, a note."""
+             note: str, lengthenable: bool = True) -> tuple[Status, str]:
+    """The search's status and, unless the search already said why it stopped, a note
+    (``lengthenable``: whether a longer replay of the same trace exists, to point at)."""
     if meet is None:
         assert miss is not None  # the first probe either meets or misses; errors propagate
         if miss.requests_rejected and not note:
@@ -523,8 +492,9 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
                  f"arrive within {meet.arrival_span_ms / 1e3:.3g} s, less than "
                  f"{SHORT_TRACE_SPANS} times their mean end-to-end latency "
                  f"({meet.e2e_ms_mean / 1e3:.3g} s): the replay ends before the queues settle, "
-                 "so a longer trace (more requests) can find a lower capacity (--lengthen N, "
-                 "capacity.lengthen in a sweep, doubles a generator's num_requests or a "
-                 "file's limit)")
+                 "so a longer trace (more requests) can find a lower capacity"
+                 + (" (--lengthen N, capacity.lengthen in a sweep, doubles a generator's "
+                    "num_requests or a file's limit)" if lengthenable else
+                    " (this trace file ran whole: a longer file)"))
         note = f"{note}; {short}" if note else short
     return "found", note

@@ -123,7 +123,8 @@ def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[s
     ``capacity.note``, the search settings (``capacity.attainment`` ...), and the fields
     of the best and first-missing probes (``capacity.best.slo_attainment`` ...; None
     where there is no such probe)."""
-    from npusim.sweep.capacity import CapacityProbe, find_capacity, find_steady_capacity
+    from npusim.sweep.capacity import CapacityProbe, find_capacity
+    from npusim.sweep.capacity_lengthen import find_steady_capacity
 
     search = dict(target_attainment=settings["attainment"], tolerance=settings["tolerance"],
                   max_probes=settings["max_probes"], seeds=settings.get("seeds", 1))

@@ -335,7 +335,8 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
         value = {}
     if not isinstance(value, Mapping):
         bad("capacity", f"expected a mapping such as {{attainment: 0.9, tolerance: 0.05, "
-                        f"max_probes: 16, seeds: 1, lengthen: 0}} (or true for those), got {value!r}")
+                        f"max_probes: 16, seeds: 1, lengthen: 0}} (or true for those), "
+                        f"got {value!r}")
         return None
     for key in value:
         if key not in _CAPACITY_KEYS:

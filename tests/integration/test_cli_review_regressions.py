@@ -226,6 +226,8 @@ def test_shipped_files_run_by_the_paths_npusim_list_shows_from_any_directory(
      "--mode and --set run.mode=analytic both set run.mode"),
     (["capacity", FUSION, "--mode", "tlm", "--set", "run={mode: analytic}"],
      "--mode and --set run={mode: analytic} both set run.mode"),
+    (["run", QUICKSTART, "--hw", REPO_ROOT / "hwconfigs/npu/small_core_256.yaml", "--set",
+      "hw={preset: npu/large_core_64}"], "--hw and --set hw={preset: npu/large_core_64} both set hw"),
     (["sweep", REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", "--mode", "tlm",
       "--set", "run.mode=analytic"], "--mode and --set run.mode=analytic both set run.mode"),
 ])
@@ -268,9 +270,12 @@ def test_a_layer_count_where_a_list_goes_says_what_the_list_holds(scenario, over
      "--set 'workload.scheduler={kind: continuous, ...}' replaces the whole section"),
     # read as the text '{mode: fusion, tp: 4' and reported as "not a valid dictionary"
     (FUSION, ["workload.pd={mode: fusion, tp: 4"],
-     "workload.pd: got '{mode: fusion, tp: 4', which opens a YAML flow mapping but does not "
-     "parse"),
-    (FUSION, ["workload.pd.layers_per_stage=[4, 4"], "opens a YAML flow list"),
+     "workload.pd: got '{mode: fusion, tp: 4', which leaves a YAML flow mapping open "
+     "(expected ',' or '}', but got '<stream end>'); expected a closed flow mapping"),
+    (FUSION, ["workload.pd.layers_per_stage=[4, 4"], "leaves a YAML flow list open"),
+    # text that only starts with a bracket stays text (here: a trace file name)
+    (FUSION, ["workload.trace.file=[2024]-trace.csv"],
+     "workload.trace.file: [2024]-trace.csv: trace file not found"),
     # neither the two counts nor the override that set one
     (SCENARIOS / "qwen3_4b_npu64_pd_disagg.yaml", ["workload.pd.prefill_cores=49"],
      "prefill_cores + decode_cores = 49 + 21 = 70 exceeds the chip's 64 cores (overrides "

@@ -96,8 +96,7 @@ def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagge
                           f"arrive within {span_s:.3g} s, less than 4 times their mean "
                           "end-to-end latency (1 s): the replay ends before the queues settle, "
                           "so a longer trace (more requests) can find a lower capacity "
-                          "(--lengthen N, capacity.lengthen in a sweep, doubles a generator's "
-                          "num_requests or a file's limit)")
+                          "(this trace file ran whole: a longer file)")
     assert found.max_requests_per_s is not None  # still the bracket found, with the warning
     monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, e2e_ms=0.4e3))
     calm = find_capacity(DISAGG, max_probes=30)
@@ -143,6 +142,8 @@ def test_lengthening_doubles_a_generated_trace_until_the_capacity_settles(monkey
                  "output: 100, num_requests: 100}"]
     short = find_capacity(DISAGG, overrides=generated, max_probes=30)
     assert short.best.short_trace and short.max_requests_per_s > 1.2 * 40.0
+    assert short.note.endswith("(--lengthen N, capacity.lengthen in a sweep, doubles a "
+                               "generator's num_requests or a file's limit)")
     steady = find_steady_capacity(DISAGG, overrides=generated, max_probes=30, doublings=4)
     assert not steady.best.short_trace
     assert 40.0 <= steady.max_requests_per_s < short.max_requests_per_s
@@ -161,28 +162,61 @@ def test_lengthening_doubles_a_generated_trace_until_the_capacity_settles(monkey
     assert once.best.requests == 200 and once.best.short_trace
 
 
+def rows_file(tmp_path, rows):
+    """A 100:100 trace file of ``rows`` requests, 10 ms apart."""
+    path = tmp_path / f"rows_{rows}.csv"
+    path.write_text("id,arrival_ps,prompt_tokens,output_tokens\n" + "".join(
+        f"r{i},{i * 10 ** 10},100,100\n" for i in range(rows)))
+    return str(path)
+
+
 @pytest.mark.unit
-def test_lengthening_a_trace_file_doubles_its_limit_until_the_rows_run_out(monkeypatch):
-    from npusim.sweep.capacity import find_steady_capacity
+@pytest.mark.parametrize("rows, sizes", [(300, [100, 200, 300]), (400, [100, 200, 400])])
+def test_lengthening_a_trace_file_doubles_its_limit_until_the_rows_run_out(
+        rows, sizes, monkeypatch, tmp_path):
+    from npusim.sweep import find_steady_capacity
 
     calls: list = []
     monkeypatch.setattr(npusim.api, "simulate",
-                        lengthening_stand_in(40.0, 2000.0, calls, file_rows=300))
-    in_file = ["workload.trace.file=traces/ratio_1_1_512.csv", "workload.trace.limit=100"]
+                        lengthening_stand_in(40.0, 5000.0, calls, file_rows=rows))
+    in_file = [f"workload.trace.file={rows_file(tmp_path, rows)}", "workload.trace.limit=100"]
     steady = find_steady_capacity(DISAGG, overrides=in_file, max_probes=30, doublings=4)
-    # 100 rows, then 200, then the file's 300 (asked for 400); a fourth search would
-    # replay the same 300 rows, so it stops and says why
-    assert sorted({requests for requests, _ in calls}) == [100, 200, 300]
-    assert steady.best.requests == 300 and steady.best.short_trace
+    # 100 rows, then 200, then all of the file (asked for 400); another search would
+    # replay the same rows, so it stops there and says why (with 400 rows too: no search
+    # of the same 400 rows again)
+    assert sorted({requests for requests, _ in calls}) == sizes
+    assert steady.best.requests == rows and steady.best.short_trace
     assert steady.note.startswith("lengthened the trace (100 requests: ")
     assert "; 200 requests: " in steady.note
-    assert "no more rows than the 300 replayed" in steady.note
+    assert f"no more rows than the {rows} replayed" in steady.note
+    assert "(this trace file ran whole: a longer file)" in steady.note
+    assert "--lengthen N" not in steady.note  # no hint that cannot help
     # the whole file from the start: nothing to lengthen, one search, the note says so
     calls.clear()
     whole = find_steady_capacity(DISAGG, overrides=in_file[:1], max_probes=30, doublings=4)
-    assert {requests for requests, _ in calls} == {300}
+    assert {requests for requests, _ in calls} == {rows}
     assert whole.note.endswith("cannot be lengthened; use a longer file")
     assert "replay ends before the queues settle" in whole.note
+
+
+@pytest.mark.unit
+def test_lengthening_a_generator_with_a_limit_lifts_the_limit(monkeypatch):
+    from npusim.sweep import find_steady_capacity
+
+    calls: list = []
+    stand_in_run = lengthening_stand_in(40.0, 2000.0, calls)
+
+    def simulate(config, mode=None, overrides=()):  # the limit cuts the generated trace
+        trace = config.workload.trace
+        limited = config.model_copy(update={"workload": config.workload.model_copy(update={
+            "trace": trace.model_copy(update={"num_requests": min(
+                trace.num_requests, trace.limit or trace.num_requests)})})})
+        return stand_in_run(limited, mode, overrides)
+    monkeypatch.setattr(npusim.api, "simulate", simulate)
+    generated = ["workload.trace={arrival: {kind: poisson, rate_per_s: 10}, prompt: 100, "
+                 "output: 100, num_requests: 400, limit: 100}"]
+    steady = find_steady_capacity(DISAGG, overrides=generated, max_probes=30, doublings=2)
+    assert sorted({requests for requests, _ in calls}) == [100, 200, 400]
 
 
 @pytest.mark.unit
@@ -217,7 +251,7 @@ def test_lengthening_also_follows_a_trace_that_meets_the_slo_as_one_burst(monkey
 def test_lengthening_takes_a_bounded_doubling_count():
     from npusim.sweep.capacity import find_steady_capacity
 
-    with pytest.raises(ConfigError, match="doublings: got 7; expected an integer from 0 to 6"):
+    with pytest.raises(ConfigError, match="doublings: got 7; expected 0 to 6 doublings of the trace"):
         find_steady_capacity(DISAGG, doublings=7)
 
 
