@@ -145,6 +145,8 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
     metrics.update(peak_utilisation(session.device, unit_stats, latency_ps))
     metrics["busy_by_op_ps"] = dict(sorted(session.busy_by_op.items()))
     metrics["trace_segments"] = len(set(session.columns["segment"]))
+    # whether run.trace_max_tasks cut the per-task rows short (the timeline ends early)
+    metrics["trace_truncated"] = session.trace_truncated
     metrics.update(extra)
     from npusim.metrics.energy import energy_metrics, generated_tokens  # lazy: optional roll-up
     metrics["energy"] = energy_metrics(unit_stats, session.device, latency_ps, scenario.run.energy,

@@ -259,6 +259,12 @@ def run(
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")
         metrics = result.metrics
+        if metrics.get("trace_truncated"):  # the timeline would end early without a word
+            typer.secho(f"  per-task rows stopped at run.trace_max_tasks = "
+                        f"{result.config['run']['trace_max_tasks']:,}: ops.csv and trace.json "
+                        f"cover {metrics['trace_segments']:,} of {metrics['segments']:,} "
+                        "segments (every metric covers the whole run); raise it to trace "
+                        "them all", fg=typer.colors.YELLOW, err=True)
         if metrics.get("requests_rejected"):
             # said even with --quiet: the latencies and rates cover only what finished
             _warn_rejections(metrics, result.tables.get("requests", []), out_dir)

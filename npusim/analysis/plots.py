@@ -260,8 +260,25 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
     ax.set_yticks(range(len(frame)), [str(u) for u in frame.index], fontsize="x-small")
     ax.set_xlabel(xlabel)
     ax.figure.colorbar(image, ax=ax, label="busy fraction")
-    ax.set_title(title or "per-unit utilisation over time", fontsize="medium")
+    cut = (" (per-task rows stop at run.trace_max_tasks: the run goes on after)"
+           if _trace_cut(source) else "")
+    ax.set_title(title or "per-unit utilisation over time" + cut, fontsize="medium")
     return ax.figure
+
+
+def _trace_cut(source: Any) -> bool:
+    """Whether the run behind ``source`` (a Result or a run directory) stopped recording
+    per-task rows at ``run.trace_max_tasks`` (its metrics say; False when unknown)."""
+    import json
+
+    metrics = getattr(source, "metrics", None)
+    if metrics is None and isinstance(source, (str, os.PathLike)):
+        path = Path(source) / "metrics.json"
+        try:
+            metrics = json.loads(path.read_text()) if path.is_file() else None
+        except (OSError, ValueError):
+            metrics = None
+    return bool(isinstance(metrics, dict) and metrics.get("trace_truncated"))
 
 
 def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":

@@ -38,6 +38,7 @@ class Session:
                  trace: bool = True, trace_max_tasks: int = 200_000):
         self.device, self.mode, self.seed = device, mode, seed
         self.trace, self.trace_max_tasks = trace, trace_max_tasks
+        self.trace_truncated = False  # a segment's rows left out for the cap
         self._executor = EXECUTORS[mode]
         self.memo = SegmentMemo(enabled=memoize, canonical=device.canonical_cores)
         self._prepared: dict[int, tuple[TaskGraph, TaskGraph]] = {}
@@ -225,7 +226,10 @@ class Session:
                      head_start_ps: int = 0) -> None:
         """Per-task rows of ``run`` while under the cap (blends have none); a chain part
         whose loads have a head start is timed again with it for its rows."""
-        if not run.starts or len(self.columns["task"]) + len(run.starts) > self.trace_max_tasks:
+        if not run.starts:
+            return
+        if len(self.columns["task"]) + len(run.starts) > self.trace_max_tasks:
+            self.trace_truncated = True  # said in metrics (and by npusim run)
             return
         if run.graph is None:  # a lazy hit: build the graph only for its task names
             assert isinstance(segment, LazySegment)

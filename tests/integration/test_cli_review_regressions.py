@@ -324,3 +324,21 @@ def test_the_summary_shows_a_small_kv_peak_and_no_empty_event_count(tmp_path, ca
     peak = 100 * metrics["iterations_by_replica"]["fused0"]["kv_utilisation_peak"]
     assert code == 0 and 0 < peak < 1 and f"/ {peak:.2g}% /" in out
     assert "events / transactions" not in out
+
+
+def test_a_trace_cut_by_its_task_cap_is_said(tmp_path, capsys):
+    # the timeline of a traced serving run ended at 0.4 s of 6.75 s without a word
+    from npusim.analysis.plots import plot_utilisation_timeline
+
+    code, _, err = run_cli(["run", FUSION, "-q", "--mode", "analytic", "--set", "run.trace=true",
+                            "--set", "run.trace_max_tasks=20000", "--set",
+                            "workload.trace.limit=2", "--out", tmp_path / "out"], capsys)
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert code == 0 and metrics["trace_truncated"] is True
+    assert "per-task rows stopped at run.trace_max_tasks = 20,000" in err
+    figure = plot_utilisation_timeline(tmp_path / "out")
+    assert "stop at run.trace_max_tasks" in figure.axes[0].get_title()
+    code, _, err = run_cli(["run", QUICKSTART, "-q", "--set", "run.trace=true", "--out",
+                            tmp_path / "all"], capsys)
+    assert json.loads((tmp_path / "all" / "metrics.json").read_text())["trace_truncated"] is False
+    assert "trace_max_tasks" not in err
