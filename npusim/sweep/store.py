@@ -391,7 +391,10 @@ class ResultStore:
             frame = frame.sort_values("point", kind="stable").reset_index(drop=True)
         if manifest is not None:
             frame = _in_base_units(frame, manifest.get("params", []))
-        return frame[self._column_order(frame, manifest)] if columns is None else frame
+        frame = frame[self._column_order(frame, manifest)] if columns is None else frame
+        # The dtype fixes above assign column by column, which leaves one pandas block per
+        # column: copying consolidates them (else adding a column warns "highly fragmented").
+        return frame.copy()
 
     def _part_files(self) -> list[Path]:
         """The part files, in name order.  Temporary files start with a dot and never
@@ -458,5 +461,9 @@ def _alive(holder: Mapping[str, Any], host: str) -> bool:
 
 
 def load_results(root: str | Path) -> "pd.DataFrame":
-    """The results table of a sweep directory (parts and compacted file merged)."""
-    return ResultStore(root).read()
+    """The results table of a sweep directory (parts and compacted file merged), as
+    :func:`npusim.analysis.load_sweep` reads it (an error for a directory that holds no
+    sweep, rather than an empty table)."""
+    from npusim.analysis.frames import load_sweep
+
+    return load_sweep(root)

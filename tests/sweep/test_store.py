@@ -235,3 +235,11 @@ def test_whole_number_columns_stay_whole_when_earlier_rows_lack_them(tmp_path):
         SimpleNamespace(index=0, key="new", params={"workload.m": 64}),
         SimpleNamespace(index=1, key="new2", params={"workload.m": 128})])
     assert load_results(tmp_path)["capacity.probes"].dtype == "float64"
+
+
+def test_load_results_refuses_a_directory_without_a_sweep(tmp_path):
+    # an empty table came back for a mistyped path, where load_sweep raised
+    from npusim.analysis.frames import AnalysisError
+
+    with pytest.raises(AnalysisError, match="not a sweep output directory"):
+        load_results(tmp_path / "nowhere")
