@@ -27,6 +27,22 @@ from npusim.metrics.result import Result
 from npusim.workload.program import Program
 
 
+def override_list(overrides: Any) -> list[str]:
+    """``overrides`` as given to the Python API: a list of ``PATH=VALUE`` strings, or one
+    string (one override, not a sequence of characters); anything else is a
+    :class:`ConfigError`."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    if overrides is None or isinstance(overrides, Mapping):
+        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
+                                             f"{type(overrides).__name__}")])
+    overrides = list(overrides)
+    if not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
+                                             f"{overrides!r}")])
+    return overrides
+
+
 def _as_scenario(config: Any, overrides: Iterable[str]):
     from npusim.config.loader import load_scenario, scenario_from_dict
 
@@ -60,15 +76,7 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     ``run.mode``; ``overrides`` are ``path=value`` strings as on the command line;
     ``progress(done, total)`` is called after each segment.
     """
-    if isinstance(overrides, str):  # one override, not a sequence of characters
-        overrides = [overrides]
-    if overrides is None or isinstance(overrides, Mapping):
-        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
-                                             f"{type(overrides).__name__}")])
-    overrides = list(overrides)
-    if not all(isinstance(o, str) for o in overrides):
-        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
-                                             f"{overrides!r}")])
+    overrides = override_list(overrides)
     if progress is not None and not callable(progress):
         raise ConfigError("progress", [("", "expected a function progress(done, total), got "
                                             f"{type(progress).__name__}")])

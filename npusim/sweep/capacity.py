@@ -264,13 +264,16 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     ``source`` names the scenario in error messages (default: its path, else its name).
     Deterministic: the same scenario gives the same probes.
     """
-    from npusim.api import _as_scenario, simulate
+    from npusim.api import _as_scenario, override_list, simulate
     from npusim.serving.state import NEVER_SERVABLE_KINDS
 
     problems = argument_problems(target_attainment, tolerance, max_probes, seeds)
+    if progress is not None and not callable(progress):  # before a probe has run
+        problems.append(("progress", f"expected a function progress(probe), got "
+                                     f"{type(progress).__name__}"))
     if problems:
         raise ConfigError("find_capacity", problems)
-    scenario = _as_scenario(config, list(overrides))
+    scenario = _as_scenario(config, override_list(overrides))
     if source is None:
         source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
     workload = scenario.workload

@@ -28,9 +28,9 @@ def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable
     file's ``limit`` doubles (its first rows) until every row has run, which the note
     then says.  The result is the last search's; its note lists the earlier ones.
     ``search`` takes find_capacity's other arguments."""
-    from npusim.api import _as_scenario
+    from npusim.api import _as_scenario, override_list
 
-    scenario = _as_scenario(config, list(overrides))
+    scenario = _as_scenario(config, override_list(overrides))
     if source is None:
         source = str(config) if isinstance(config, (str, os.PathLike)) else scenario.name
     problems = argument_problems(DEFAULTS["attainment"], DEFAULTS["tolerance"],

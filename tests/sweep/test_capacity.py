@@ -643,3 +643,16 @@ def test_seeds_pool_replays_of_a_generated_trace_drawn_with_the_next_seeds():
 def test_seeds_need_a_generated_trace():
     with pytest.raises(ConfigError, match="a trace file replays the same requests every time"):
         find_capacity(DISAGG, seeds=2)
+
+
+@pytest.mark.unit
+def test_the_python_api_takes_one_override_string_and_checks_progress_first(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, calls=calls))
+    # a string was taken as a list of characters ('w: expected PATH=VALUE')
+    found = find_capacity(DISAGG, overrides="workload.slo.ttft_ms=500", max_probes=4)
+    assert found.config["workload"]["slo"]["ttft_ms"] == 500
+    calls.clear()
+    with pytest.raises(ConfigError, match="progress: expected a function progress"):
+        find_capacity(DISAGG, progress=3)
+    assert calls == []  # refused before any probe ran (it raised TypeError after one)
