@@ -23,6 +23,7 @@ sampled.  Without these checks numpy silently wraps the int64 sums into negative
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Annotated, Any, Literal, Mapping, Union
 
 import numpy as np
@@ -271,15 +272,16 @@ def _as_spec(value: Any, adapter: TypeAdapter, what: str):
     """Accept a spec object, a mapping (``{"kind": ...}``) or, for lengths, an int."""
     if isinstance(value, BaseModel):
         return value
-    if adapter is _LENGTH and isinstance(value, int) and not isinstance(value, bool):
-        value = {"kind": "fixed", "tokens": value}
+    if adapter is _LENGTH and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = {"kind": "fixed", "tokens": int(value)}  # (a NumPy integer too)
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in first["loc"])
+        got = first["input"] if loc else value  # the bad field's value, not the mapping
         raise TraceError(f"{what}{'.' + loc if loc else ''}: {first['msg']} "
-                         f"(got {value!r})") from None
+                         f"(got {got!r})") from None
 
 
 # -- samplers ----------------------------------------------------------------------------

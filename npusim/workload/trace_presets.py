@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from npusim.workload.trace_generators import (FixedArrival, FixedLength, PoissonArrival,
-                                              UniformLength, generate_trace)
+from npusim.workload.trace_generators import UniformLength, generate_trace
 from npusim.workload.traces import RequestTrace
 
 __all__ = ["PRESET_RATE_PER_S", "ratio", "prefill_dominated", "decode_dominated",
@@ -23,10 +22,12 @@ def ratio(prompt_tokens: int, output_tokens: int, num_requests: int = 32,
     """NpuSim Fig. 11/14 style task ``prompt_tokens:output_tokens`` (e.g. 100:100,
     1000:100, 100:1000): fixed lengths, Poisson arrivals at ``rate_per_s``
     (``None``: every request at t = 0, an offline batch)."""
-    arrival = (FixedArrival(interval_s=0) if rate_per_s is None
-               else PoissonArrival(rate_per_s=rate_per_s))
-    return generate_trace(num_requests, arrival, FixedLength(tokens=prompt_tokens),
-                          FixedLength(tokens=output_tokens), seed=seed,
+    # (mappings, not spec objects: generate_trace checks them and names a bad value in
+    # a TraceError, where a spec object's constructor raises pydantic's own error)
+    arrival = ({"kind": "fixed", "interval_s": 0} if rate_per_s is None
+               else {"kind": "poisson", "rate_per_s": rate_per_s})
+    return generate_trace(num_requests, arrival, {"kind": "fixed", "tokens": prompt_tokens},
+                          {"kind": "fixed", "tokens": output_tokens}, seed=seed,
                           source=f"ratio {prompt_tokens}:{output_tokens}")
 
 
@@ -34,7 +35,7 @@ def prefill_dominated(num_requests: int = 64, rate_per_s: float = PRESET_RATE_PE
                       seed: int = 0) -> RequestTrace:
     """Long prompts, short answers (prompt:output ≈ 9:1, like summarisation or the
     Azure *code* trace): prompt uniform 512-2048, output uniform 32-256 tokens."""
-    return generate_trace(num_requests, PoissonArrival(rate_per_s=rate_per_s),
+    return generate_trace(num_requests, {"kind": "poisson", "rate_per_s": rate_per_s},
                           UniformLength(low=512, high=2048), UniformLength(low=32, high=256),
                           seed=seed, source="prefill_dominated")
 
@@ -43,7 +44,7 @@ def decode_dominated(num_requests: int = 64, rate_per_s: float = PRESET_RATE_PER
                      seed: int = 0) -> RequestTrace:
     """Short prompts, long answers (prompt:output ≈ 1:9, like open-ended generation):
     prompt uniform 32-256, output uniform 512-2048 tokens."""
-    return generate_trace(num_requests, PoissonArrival(rate_per_s=rate_per_s),
+    return generate_trace(num_requests, {"kind": "poisson", "rate_per_s": rate_per_s},
                           UniformLength(low=32, high=256), UniformLength(low=512, high=2048),
                           seed=seed, source="decode_dominated")
 

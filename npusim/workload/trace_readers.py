@@ -127,21 +127,44 @@ def _columns(header: list[str] | None, first: Row, source: str, fmt: str) -> dic
     if not times:
         raise TraceError(f"{where}: missing arrival-time column; expected one of "
                          f"{', '.join(_TIME_COLUMNS)} (got {', '.join(map(str, keys))})")
-    if len(times) > 1:
+    if times == ["arrival_ps", "arrival_s"]:
+        # As RequestTrace.to_frame() writes them: arrival_ps is exact, and arrival_s is
+        # read only to check that it says the same (a column edited by hand would not).
+        times = ["arrival_ps"]
+        keys_checked = {"arrival_s_check": "arrival_s"}
+    elif len(times) > 1:
         raise TraceError(f"{where}: both {times[0]!r} and {times[1]!r} given; expected exactly "
-                         "one arrival-time column")
+                         "one arrival-time column (arrival_ps with an arrival_s that agrees "
+                         "is read as arrival_ps)")
+    else:
+        keys_checked = {}
     for name in ("prompt_tokens", "output_tokens"):
         if name not in keys:
             raise TraceError(f"{where}: missing column {name!r}; expected columns "
                              f"{' or '.join(_TIME_COLUMNS)}, prompt_tokens, output_tokens "
                              f"[, id, priority] (got {', '.join(map(str, keys))})")
-    columns = {times[0]: times[0], "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens"}
+    columns = {times[0]: times[0], "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
+               **keys_checked}
     for optional in ("id", "priority", "hash_ids"):
         # A CSV header names its columns once; a JSON object may leave an optional key
         # out (the first object's keys would otherwise hide later objects' priority).
         if optional in keys or header is None:
             columns[optional] = optional
     return columns
+
+
+#: How far arrival_s may be from arrival_ps when a file has both (float seconds written
+#: with 15+ significant digits stay well within a microsecond, or a part per billion).
+_SECONDS_AGREE_PS = 1_000_000
+
+
+def _check_seconds_agree(row: Row, arrival_ps: int, loc: str) -> None:
+    """Raise :class:`TraceError` unless the row's arrival_s is its arrival_ps."""
+    seconds_ps = seconds_cell(row, "arrival_s", loc)
+    if abs(seconds_ps - arrival_ps) > max(_SECONDS_AGREE_PS, arrival_ps // 10 ** 9):
+        raise TraceError(f"{loc}: column 'arrival_s': got {row.values.get('arrival_s')!r}, but "
+                         f"arrival_ps is {arrival_ps} ({arrival_ps / PS_PER_S:.9g} s); expected "
+                         "the two to agree, or only one of them")
 
 
 def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str,
@@ -159,6 +182,8 @@ def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str
         loc = f"{source}:{row.line}"
         if "arrival_ps" in columns:
             absolute = integer_cell(row, "arrival_ps", loc, low=0, what="an integer >= 0 (picoseconds)")
+            if "arrival_s_check" in columns:
+                _check_seconds_agree(row, absolute, loc)
         elif "arrival_s" in columns:
             absolute = seconds_cell(row, "arrival_s", loc)
         elif "timestamp_ms" in columns:

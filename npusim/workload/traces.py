@@ -14,8 +14,10 @@ reading a traceback.  The file readers live in :mod:`npusim.workload.trace_reade
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
+import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -86,7 +88,7 @@ class RequestTrace:
 
     def __init__(self, requests: Iterable[Request], source: str = "<memory>",
                  hash_block_tokens: int | None = None):
-        self._requests: tuple[Request, ...] = tuple(requests)
+        self._requests: tuple[Request, ...] = tuple(_plain_ints(r) for r in requests)
         self.source = source
         #: Prompt tokens per block ``Request.block_hashes`` name (None: no hashes).
         self.hash_block_tokens = hash_block_tokens
@@ -117,7 +119,7 @@ class RequestTrace:
         return hash(self._requests)
 
     def __repr__(self) -> str:
-        return f"RequestTrace({len(self)} requests from {self.source})"
+        return f"RequestTrace({len(self)} request{'' if len(self) == 1 else 's'} from {self.source})"
 
     # -- summaries ------------------------------------------------------------------------
     @property
@@ -283,6 +285,20 @@ class RequestTrace:
                     record["hash_ids"] = list(r.block_hashes)
                 handle.write(json.dumps(record) + "\n")
         return path
+
+
+def _plain_ints(request: Any) -> Any:
+    """``request`` with NumPy integers (a DataFrame column's cells) as Python ints, so a
+    trace built from pandas is checked, compared and hashed like any other; anything
+    that is not a Request is left for the invariant check to name."""
+    if not isinstance(request, Request):
+        return request
+    fields = ("arrival_ps", "prompt_tokens", "output_tokens", "priority")
+    if all(type(getattr(request, name)) is int for name in fields):
+        return request
+    return dataclasses.replace(request, **{name: int(value) for name in fields
+                               if isinstance(value := getattr(request, name), numbers.Integral)
+                               and not isinstance(value, bool)})
 
 
 def _check_invariants(requests: tuple[Request, ...], source: str,

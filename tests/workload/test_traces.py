@@ -232,8 +232,11 @@ INVALID_CSV = [
     ("duplicate id", HEADER + "a,0,5,3\na,1,5,3\n", 3, "'a', already used at line 2"),
     ("missing column", "id,arrival_ps,prompt_tokens\na,0,5\n", 1, "missing column 'output_tokens'"),
     ("no time column", "prompt_tokens,output_tokens\n5,3\n", 1, "missing arrival-time column"),
-    ("two time columns", "arrival_s,arrival_ps,prompt_tokens,output_tokens\n0,0,1,1\n", 1,
+    ("two time columns", "arrival_s,timestamp,prompt_tokens,output_tokens\n0,0,1,1\n", 1,
      "exactly one arrival-time column"),
+    ("seconds that disagree", "arrival_ps,arrival_s,prompt_tokens,output_tokens\n0,0,1,1\n"
+     "2000000000000,2.5,1,1\n", 3, "column 'arrival_s': got '2.5', but arrival_ps is "
+     "2000000000000 (2 s)"),
     ("header only", HEADER, 1, "no requests"),
     ("empty", "", 1, "file is empty"),
     ("wrong field count", HEADER + "a,0,5\n", 2, "got 3 fields; expected 4"),
@@ -497,3 +500,36 @@ def test_a_rate_scale_that_pushes_arrivals_past_int64_says_the_smallest_factor()
 def test_generate_trace_bounds_the_number_of_requests():
     with pytest.raises(TraceError, match="num_requests: got 1000000000; expected an integer from 1 to 10,000,000"):
         generate_trace(10**9, {"kind": "poisson", "rate_per_s": 1e6}, 16, 8)
+
+
+def test_a_trace_frame_written_by_pandas_reads_back(tmp_path):
+    # to_frame() has arrival_ps and arrival_s (and to_csv adds the index): both time
+    # columns were refused, so the pandas round trip failed
+    trace = read_trace(REPO / "traces" / "ratio_1_1_512.csv")
+    trace.to_frame().to_csv(tmp_path / "t.csv")
+    again = read_trace(tmp_path / "t.csv")
+    assert [(r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in again] == \
+        [(r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in trace]
+
+
+def test_numpy_integers_from_a_dataframe_are_plain_token_counts():
+    # np.int64 cells were refused ("expected an integer >= 1, got np.int64(5)") and as a
+    # generator's fixed length gave a pydantic discriminator error
+    trace = RequestTrace([Request("a", np.int64(0), np.int64(5), np.int32(3), np.int64(1))])
+    assert trace == RequestTrace([Request("a", 0, 5, 3, 1)])
+    assert all(type(v) is int for v in (trace[0].arrival_ps, trace[0].prompt_tokens))
+    assert repr(trace) == "RequestTrace(1 request from <memory>)"
+    generated = generate_trace(3, PoissonArrival(rate_per_s=2.0), np.int64(5), np.int64(4))
+    assert [(r.prompt_tokens, r.output_tokens) for r in generated] == [(5, 4)] * 3
+    with pytest.raises(TraceError, match="prompt_tokens: got 0; expected an integer >= 1"):
+        RequestTrace([Request("a", 0, np.int64(0), 3)])
+
+
+def test_preset_traces_name_a_bad_argument_in_a_trace_error():
+    # pydantic's ValidationError came out raw (a PoissonArrival built in the preset)
+    from npusim.workload import trace_presets
+
+    with pytest.raises(TraceError, match=r"arrival\.poisson\.rate_per_s: .*greater than 0 \(got -1\)"):
+        trace_presets.decode_dominated(rate_per_s=-1)
+    with pytest.raises(TraceError, match=r"prompt\.fixed\.tokens: .* \(got 0\)"):
+        trace_presets.ratio(0, 10)
