@@ -265,11 +265,14 @@ def check_options(executor: str, workers: int | None, scheduler: str | None) -> 
     """Raise :class:`NpusimError` for an unknown executor, a worker count below 1 or
     above :data:`MAX_WORKERS_PER_CPU` x the CPUs, or a scheduler address that is not
     ``[tcp://]HOST:PORT``; checked before the spec's points are resolved."""
-    if executor not in _RUNNERS:
+    if not isinstance(executor, str) or executor not in _RUNNERS:
         raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
                           f"{', '.join(EXECUTORS)}")
     if workers is not None:
         ceiling = MAX_WORKERS_PER_CPU * _cpus()
+        if isinstance(workers, bool) or not isinstance(workers, int):  # run_sweep(workers="2")
+            raise NpusimError(f"--workers (workers): got {workers!r}; expected a whole number "
+                              f"of worker processes from 1 to {ceiling}")
         if workers < 1:
             raise NpusimError(f"--workers must be at least 1, got {workers}")
         if workers > ceiling:

@@ -124,6 +124,11 @@ def test_bad_executor_and_workers_are_user_errors(tmp_path):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, executor="spark")
     with pytest.raises(NpusimError, match="at least 1"):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, workers=0)
+    # from Python: a string compared with an int raised TypeError; a list as executor too
+    with pytest.raises(NpusimError, match="got '2'; expected a whole number of worker"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, workers="2")
+    with pytest.raises(NpusimError, match=r"unknown executor \['local'\]"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, executor=["local"])
 
 
 def test_output_directory_is_checked_before_points_are_resolved(tmp_path):
