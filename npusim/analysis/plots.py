@@ -117,8 +117,8 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
         ax.legend(fontsize="small")
     ax.grid(True, alpha=0.3)
     # Several points per x (other parameters varied): each marker is their mean.
-    ax.set_title(title or f"{y} vs {x}" + (" (mean over the other parameters)"
-                                            if averaged else ""), fontsize="medium")
+    ax.set_title(title or _wrapped(f"{y} vs {x}" + (" (mean over the other parameters)"
+                                            if averaged else "")), fontsize="medium")
     return ax.figure
 
 
@@ -150,7 +150,7 @@ def plot_heatmap(frame: "pd.DataFrame", x: str, y: str, value: str,
         for (row, col), cell in _cells(grid):
             ax.text(col, row, f"{cell:.3g}", ha="center", va="center", fontsize="small",
                     color="white" if cell < mid else "black")
-    ax.set_title(title or f"{label} over {x} x {y}", fontsize="medium")
+    ax.set_title(title or _wrapped(f"{label} over {x} x {y}"), fontsize="medium")
     return ax.figure
 
 
@@ -199,7 +199,7 @@ def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] 
     ax.set_ylabel(ylabel)
     ax.legend(fontsize="small")
     ax.grid(True, alpha=0.3)
-    ax.set_title(title or f"Pareto front: {x} vs {y}", fontsize="medium")
+    ax.set_title(title or _wrapped(f"Pareto front: {y} vs {x}"), fontsize="medium")
     return ax.figure
 
 
@@ -243,7 +243,7 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
     if by is not None:
         ax.legend(fontsize="small")
     ax.grid(True, alpha=0.3)
-    ax.set_title(title or f"CDF of {name}", fontsize="medium")
+    ax.set_title(title or _wrapped(f"CDF of {name}"), fontsize="medium")
     return ax.figure
 
 
@@ -262,8 +262,16 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
     ax.figure.colorbar(image, ax=ax, label="busy fraction")
     cut = (" (per-task rows stop at run.trace_max_tasks: the run goes on after)"
            if _trace_cut(source) else "")
-    ax.set_title(title or "per-unit utilisation over time" + cut, fontsize="medium")
+    ax.set_title(title or _wrapped("per-unit utilisation over time" + cut), fontsize="medium")
     return ax.figure
+
+
+def _wrapped(title: str, width: int = 64) -> str:
+    """A generated title on lines of at most ``width`` characters: long config paths
+    ran past the figure's edges (a heatmap's title lost its start)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width)) or title
 
 
 def _trace_cut(source: Any) -> bool:
@@ -320,7 +328,7 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize="small", loc="upper right")
     axes[-1].set_xlabel(xlabel)
-    axes[0].set_title(title or "serving iterations per replica", fontsize="medium")
+    axes[0].set_title(title or _wrapped("serving iterations per replica"), fontsize="medium")
     return figure
 
 
@@ -386,7 +394,7 @@ def plot_capacity(source: Any, title: str | None = None) -> "Figure":
     slo = summary.get("slo") or {}
     within = (f" (SLO: TTFT <= {slo['ttft_ms']:g} ms, mean TBT <= {slo['tbt_ms']:g} ms)"
               if isinstance(slo, dict) and {"ttft_ms", "tbt_ms"} <= slo.keys() else "")
-    top.set_title(title or f"capacity search{within}", fontsize="medium")
+    top.set_title(title or _wrapped(f"capacity search{within}"), fontsize="medium")
     return figure
 
 

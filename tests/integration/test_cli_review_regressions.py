@@ -337,7 +337,7 @@ def test_a_trace_cut_by_its_task_cap_is_said(tmp_path, capsys):
     assert code == 0 and metrics["trace_truncated"] is True
     assert "per-task rows stopped at run.trace_max_tasks = 20,000" in err
     figure = plot_utilisation_timeline(tmp_path / "out")
-    assert "stop at run.trace_max_tasks" in figure.axes[0].get_title()
+    assert "stop at run.trace_max_tasks" in " ".join(figure.axes[0].get_title().split())
     code, _, err = run_cli(["run", QUICKSTART, "-q", "--set", "run.trace=true", "--out",
                             tmp_path / "all"], capsys)
     assert json.loads((tmp_path / "all" / "metrics.json").read_text())["trace_truncated"] is False
