@@ -52,6 +52,8 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise TraceError(f"{source}: limit: got {limit!r}; expected an integer >= 1 "
                          "(the number of requests to keep)")
+    if path.is_dir():
+        raise TraceError(f"{source}: is a directory; expected a trace file")
     if not path.is_file():
         raise TraceError(f"{source}: trace file not found")
     try:
