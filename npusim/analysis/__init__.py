@@ -12,7 +12,7 @@ from __future__ import annotations
 
 __all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_samples",
            "request_table", "iteration_table", "plot_serving_timeline", "capacity_probes",
-           "plot_capacity",
+           "plot_capacity", "token_table",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "AnalysisError"]
 
@@ -22,7 +22,7 @@ _HOMES = {"load_sweep": "frames", "pareto_front": "frames", "utilisation_timelin
           "capacity_probes": "frames", "plot_capacity": "plots",
           "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
           "plot_latency_cdf": "plots", "plot_utilisation_timeline": "plots",
-          "save_figure": "plots"}
+          "save_figure": "plots", "token_table": "tokens"}
 
 
 def __getattr__(name: str):

@@ -1,0 +1,43 @@
+"""analysis.token_table: one row per generated token, consistent with the run's metrics."""
+
+import math
+
+import pytest
+
+import npusim
+from npusim import analysis
+from npusim.analysis.frames import AnalysisError
+from npusim.config.presets import REPO_ROOT
+
+pytestmark = pytest.mark.component
+SCENARIOS = REPO_ROOT / "workloads" / "scenarios"
+
+
+def test_token_rows_agree_with_the_request_metrics(tmp_path):
+    result = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml",
+                             overrides=["workload.trace.limit=4"])
+    tokens = analysis.token_table(result)
+    metrics = result.metrics
+    requests = result.requests
+    assert len(tokens) == requests["generated"].sum() == 4 * 100
+    assert list(tokens.columns) == ["request_id", "token", "time_ps", "gap_ps", "first"]
+    # the first token's gap is the TTFT, the others' mean is the run's mean TBT
+    assert math.isclose(tokens.loc[tokens["first"], "gap_ps"].mean() / 1e9,
+                        metrics["ttft_ms_mean"], rel_tol=1e-12)
+    assert math.isclose(tokens.loc[~tokens["first"], "gap_ps"].mean() / 1e9,
+                        metrics["tbt_ms_mean"], rel_tol=1e-12)
+    assert (tokens.groupby("request_id")["time_ps"].diff().dropna() > 0).all()
+    # from the run directory: the same rows
+    result.write(tmp_path / "run")
+    again = analysis.token_table(tmp_path / "run")
+    assert again[["token", "time_ps", "gap_ps"]].equals(tokens[["token", "time_ps", "gap_ps"]])
+
+
+def test_rejected_requests_have_no_token_rows_and_a_non_serving_run_is_an_error():
+    result = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_disagg.yaml",
+                             overrides=["workload.trace.limit=3",
+                                        "workload.scheduler.max_batch_tokens=64"])
+    assert result.metrics["requests_finished"] == 0
+    assert analysis.token_table(result).empty
+    with pytest.raises(AnalysisError, match="no per-request table"):
+        analysis.token_table(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
