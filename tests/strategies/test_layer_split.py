@@ -110,7 +110,7 @@ def test_a_serving_split_equal_to_the_default_is_the_same_run_and_a_lopsided_one
     # more stages than layers: the cores would idle whatever the list, and that is the error
     (DISAGG, ["workload.pd.prefill_cores=21", "workload.pd.decode_cores=40",
               "workload.pd.decode_tp=1", "workload.pd.decode_layers_per_stage=[36]"], MappingError,
-     r"workload.pd.decode_cores = 40: 1 pipeline\(s\) of TP 1 groups make 40 stages each, but "
+     r"workload.pd.decode_cores = 40: 1 pipeline of TP 1 groups make 40 stages each, but "
      r"qwen3_4b has 36 layers"),
     (FUSION, ["workload.pd.cores=32", "workload.pd.layers_per_stage=[12,12,12]"], ConfigError,
      r"workload.pd.layers_per_stage: \[12, 12, 12\] gives 3 stages, but the pipeline has 8 "
