@@ -38,6 +38,8 @@ def token_table(source: Any) -> "pd.DataFrame":
     ids, tokens, times, gaps = [], [], [], []
     for request_id, arrival_ps, text in zip(requests["request_id"], requests["arrival_ps"],
                                             requests["token_times_ps"]):
+        if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+            text = str(text)  # one token each: a CSV column of single numbers reads as int
         if not isinstance(text, str) or not text.strip():
             continue  # no token (rejected): a CSV reads the empty cell as NaN
         try:

@@ -41,3 +41,14 @@ def test_rejected_requests_have_no_token_rows_and_a_non_serving_run_is_an_error(
     assert analysis.token_table(result).empty
     with pytest.raises(AnalysisError, match="no per-request table"):
         analysis.token_table(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
+
+
+def test_one_token_requests_read_back_from_a_run_directory(tmp_path):
+    # a requests.csv whose token_times_ps are all single numbers reads as an int column
+    result = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml",
+                             overrides=["workload.trace={arrival: {kind: fixed, interval_s: 0.1}, "
+                                        "prompt: 16, output: 1, num_requests: 3}"])
+    result.write(tmp_path / "run")
+    tokens = analysis.token_table(tmp_path / "run")
+    assert len(tokens) == 3 and tokens["first"].all()
+    assert list(tokens["gap_ps"] / 1e9) == pytest.approx(list(result.requests["ttft_ps"] / 1e9))
