@@ -271,7 +271,9 @@ def _wrapped(title: str, width: int = 64) -> str:
     ran past the figure's edges (a heatmap's title lost its start)."""
     import textwrap
 
-    return "\n".join(textwrap.wrap(title, width)) or title
+    # (a dotted config path stays whole, even past the width)
+    return "\n".join(textwrap.wrap(title, width, break_long_words=False,
+                                    break_on_hyphens=False)) or title
 
 
 def _trace_cut(source: Any) -> bool:

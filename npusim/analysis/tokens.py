@@ -3,8 +3,9 @@ distribution vLLM's and Vidur's benchmarks report, which a per-request mean TBT 
 
 >>> from npusim import analysis                                     # doctest: +SKIP
 >>> tokens = analysis.token_table(result)        # a serving Result or a run directory
->>> tokens["gap_ps"].quantile([0.5, 0.9, 0.99])  # ITL percentiles over every gap
->>> analysis.plot_latency_cdf(tokens, "gap_ps")
+>>> gaps = tokens[~tokens["first"]]              # the first token's gap is its TTFT
+>>> gaps["gap_ps"].quantile([0.5, 0.9, 0.99])    # ITL percentiles over every gap
+>>> analysis.plot_latency_cdf(gaps, "gap_ps")
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def token_table(source: Any) -> "pd.DataFrame":
     ids, tokens, times, gaps = [], [], [], []
     for request_id, arrival_ps, text in zip(requests["request_id"], requests["arrival_ps"],
                                             requests["token_times_ps"]):
-        if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        if isinstance(text, (float, np.floating)) and text == text and float(text).is_integer():
+            text = str(int(text))  # one token each, and NaN (rejected) rows: read as float
+        elif isinstance(text, (int, np.integer)) and not isinstance(text, bool):
             text = str(text)  # one token each: a CSV column of single numbers reads as int
         if not isinstance(text, str) or not text.strip():
             continue  # no token (rejected): a CSV reads the empty cell as NaN

@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 # (parse_override and apply_override are part of this module's API: --set, step 4)
-from npusim.config.overrides import (_describe_input, _format_path, _join,
-                                     _with_override_notes, apply_override, parse_override)
+from npusim.config.overrides import (describe_input, format_path, join_path,
+                                     with_override_notes, apply_override, parse_override)
 from npusim.config.presets import load_preset, locate, read_yaml
 from npusim.core.errors import ConfigError
 
@@ -53,7 +53,7 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> A
     if "preset" in data:
         name = data.pop("preset")
         if not isinstance(name, str):
-            raise ConfigError(source, [(_join(path, "preset"), f"expected a preset name, got {name!r}")])
+            raise ConfigError(source, [(join_path(path, "preset"), f"expected a preset name, got {name!r}")])
         try:
             base = load_preset(name)
         except ConfigError as exc:
@@ -61,11 +61,11 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> A
             # file and the line, not only the scenario key that loaded it.
             inside = Path(exc.source).is_file()
             raise ConfigError(source, [
-                (_join(path, "preset"), f"in {exc.source}{', ' + where if where else ''}: {msg}"
+                (join_path(path, "preset"), f"in {exc.source}{', ' + where if where else ''}: {msg}"
                  if inside else msg) for where, msg in exc.problems]) from None
         base = resolve_presets(base, f"preset {name}", path, depth + 1)
         data = deep_merge(base, data)
-    return {key: resolve_presets(value, source, _join(path, key), depth) for key, value in data.items()}
+    return {key: resolve_presets(value, source, join_path(path, key), depth) for key, value in data.items()}
 
 
 def _model_at(model: Any, loc: tuple) -> type[BaseModel] | None:
@@ -122,7 +122,7 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
                 node = node[part]
             else:
                 node = None
-        path = _format_path(parts)
+        path = format_path(parts)
         kind = error["type"]
         if kind == "extra_forbidden":
             owner = _owner_model(model, data, parts[:-1])
@@ -165,7 +165,7 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
                     found = found and isinstance(inner, Mapping) and name in inner
                     inner = inner[name] if found else None
             if rest and found:
-                path, message = _format_path([*parts, *keys]), rest
+                path, message = format_path([*parts, *keys]), rest
         else:
             message = error["msg"].removeprefix("Value error, ")
             shown = error.get("input")
@@ -176,7 +176,7 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
                         and (repr(shown) in message or f'"{shown}"' in message
                              or message.startswith(f"{shown}:"))))  # a file's own error
             if not said:  # the message does not quote the value already
-                message += f" (got {_describe_input(shown)})"
+                message += f" (got {describe_input(shown)})"
         problems.append((path, message))
     return problems
 
@@ -267,7 +267,7 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         hw = read_yaml(locate(hw_file))
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
-                                                  f"or preset: NAME), got {_describe_input(hw)}")])
+                                                  f"or preset: NAME), got {describe_input(hw)}")])
         _check_device_kind(hw, str(hw_file))
         data["hw"] = hw
     return _resolve_with_overrides(data, overrides, source)
@@ -324,7 +324,7 @@ def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
             continue
-        value = resolve_presets(value, "--set", _format_path(parts))
+        value = resolve_presets(value, "--set", format_path(parts))
         apply_override(data, parts, value, text)
     return data
 
@@ -343,7 +343,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     try:
         return validate(scenario_model(), data, str(path))
     except ConfigError as exc:
-        exc = _with_override_notes(exc, overrides)
+        exc = with_override_notes(exc, overrides)
         # With --hw the hardware came from that file: blame it, with its own field paths.
         if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
             raise exc from None

@@ -14,7 +14,8 @@ from npusim.config.presets import parse_yaml
 from npusim.core.errors import ConfigError
 from npusim.core.text import UNENCODABLE, is_encodable, shown, unencodable_path
 
-def _join(path: str, key: Any) -> str:
+
+def join_path(path: str, key: Any) -> str:
     """``path`` and one more key (``a.b``) or list index (``a[2]``)."""
     if isinstance(key, int):
         return f"{path}[{key}]"
@@ -44,20 +45,22 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
     try:
         value = parse_yaml(raw_value) if raw_value.strip() else ""
     except yaml.constructor.ConstructorError as exc:  # e.g. a key given twice
-        raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {_describe_input(raw_value)})")]) from None
+        raise ConfigError("--set", [(raw_path, f"{exc.problem} (got {describe_input(raw_value)})")]) from None
     except yaml.YAMLError as exc:
         text = raw_value.strip()
         start = text[:1]
         mark = getattr(exc, "problem_mark", None)
-        if start in ("{", "[") and mark is not None and mark.index >= len(raw_value.rstrip()):
-            # A flow mapping or list left open: meant as a section or a list, and the
-            # text would only be "not a valid dictionary" at the field, far from the typo.
-            # (Text that merely starts with a bracket, '[2024]-trace.csv', stays text.)
+        after = raw_value[mark.index:].strip() if mark is not None else ""
+        if start in ("{", "[") and not (after and after[0] not in "[]{},:"):
+            # A flow mapping or list that does not parse (left open, a missing comma, a
+            # bracket too many): meant as a section or a list, and the text would only be
+            # "not a valid dictionary" at the field, far from the typo.  Text that starts
+            # with a closed bracket and goes on ('[2024]-trace.csv') stays text.
             what = "mapping, e.g. {kind: continuous}" if start == "{" else "list, e.g. [4, 4]"
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError("--set", [(raw_path.strip(), f"got {_describe_input(raw_value)}, "
-                                         f"which leaves a YAML flow {what.split(',')[0]} open "
-                                         f"({problem}); expected a closed flow {what}")]) from None
+            raise ConfigError("--set", [(raw_path.strip(), f"got {describe_input(raw_value)}, "
+                                         f"which is not a YAML flow {what.split(',')[0]} "
+                                         f"({problem}); expected a flow {what}")]) from None
         value = raw_value  # not YAML: the text itself (a path, a name)
     if unencodable_path(value) is not None:  # a "\ud800" escape inside the value
         raise ConfigError("--set", [(raw_path, UNENCODABLE)])
@@ -68,7 +71,7 @@ def apply_override(data: dict, parts: list[str | int], value: Any, text: str) ->
     """Set ``value`` at ``parts`` inside ``data`` (creating mappings as needed)."""
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
-        where = _format_path(parts[: depth + 1])
+        where = format_path(parts[: depth + 1])
         if isinstance(part, int):
             if not isinstance(node, list) or not 0 <= part < len(node):
                 raise ConfigError("--set", [(where, f"no list item {part} here (in {text!r})")])
@@ -80,7 +83,7 @@ def apply_override(data: dict, parts: list[str | int], value: Any, text: str) ->
     last = parts[-1]
     if isinstance(last, int):
         if not isinstance(node, list) or not 0 <= last < len(node):
-            raise ConfigError("--set", [(_format_path(parts), f"no list item {last} here (in {text!r})")])
+            raise ConfigError("--set", [(format_path(parts), f"no list item {last} here (in {text!r})")])
         node[last] = value
     elif isinstance(node, dict):
         current = node.get(last)
@@ -92,24 +95,24 @@ def apply_override(data: dict, parts: list[str | int], value: Any, text: str) ->
         else:
             node[last] = value
     else:
-        raise ConfigError("--set", [(_format_path(parts), _not_a_mapping(parts[:-1], node, text))])
+        raise ConfigError("--set", [(format_path(parts), _not_a_mapping(parts[:-1], node, text))])
 
 
 def _not_a_mapping(parent: list[str | int], node: Any, text: str) -> str:
     """Why an override cannot set a key under ``parent``: the scenario holds a value there."""
-    where = _format_path(parent) or "the top level"
-    return (f"cannot set {text!r}: {where} is {_describe_input(node)} in the scenario, not a "
+    where = format_path(parent) or "the top level"
+    return (f"cannot set {text!r}: {where} is {describe_input(node)} in the scenario, not a "
             f"mapping; expected {where} to be a section (a mapping of keys)")
 
 
-def _format_path(parts: Iterable[str | int]) -> str:
+def format_path(parts: Iterable[str | int]) -> str:
     path = ""
     for part in parts:
-        path = _join(path, part)
+        path = join_path(path, part)
     return path
 
 
-def _describe_input(value: Any) -> str:
+def describe_input(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -120,17 +123,18 @@ OVERRIDE_NOTE = " (from the override {})"
 
 def _field_does_not_apply(message: str) -> bool:
     """Whether a problem says a field is not one the section's kind or mode takes."""
-    return message.startswith("unknown key") or "would ignore" in message
+    return (message.startswith("unknown key") or "would ignore" in message
+            or "does not use" in message)
 
 
-def _with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
+def with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
     """``exc`` with each problem at a field an override set marked ``(from the override
     PATH=VALUE)``: the file is named as the scenario validated, but the bad value is not
     in it."""
     set_paths = []
     for text in overrides:
         try:
-            set_paths.append((_format_path(parse_override(text)[0]), text))
+            set_paths.append((format_path(parse_override(text)[0]), text))
         except ConfigError:  # pragma: no cover - already applied, so it parsed
             continue
     if not set_paths:

@@ -31,6 +31,7 @@ from npusim.core.errors import ConfigError, MappingError, OutputError, TraceErro
 __all__ = ["CapacityProbe", "CapacityResult", "find_capacity", "find_steady_capacity",
            "DEFAULTS", "probes_table"]
 
+
 def __getattr__(name: str) -> Any:
     # find_steady_capacity lives beside (it calls find_capacity); importable from here
     if name == "find_steady_capacity":
@@ -266,6 +267,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     """
     from npusim.api import _as_scenario, override_list, simulate
     from npusim.serving.state import NEVER_SERVABLE_KINDS
+    from npusim.sweep.capacity_probes import file_rows, pooled
 
     problems = argument_problems(target_attainment, tolerance, max_probes, seeds)
     if progress is not None and not callable(progress):  # before a probe has run
@@ -298,7 +300,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                 metrics = simulate(scenario, mode=mode,
                                    overrides=[f"workload.trace.rate_scale={scale!r}"]).metrics
             else:
-                metrics = _pooled([simulate(scenario, mode=mode,
+                metrics = pooled([simulate(scenario, mode=mode,
                                             overrides=[f"workload.trace.rate_scale={scale!r}",
                                                        f"{seed_path}={first_seed + i}"])
                                    for i in range(seeds)])
@@ -382,7 +384,8 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
         else:
             miss = found
     # A file replayed whole has no rows to add: do not point at --lengthen then.
-    rows = file_rows(workload.trace) if meet is not None and meet.short_trace else None
+    rows = (file_rows(workload.trace, meet.requests_per_replay)
+            if meet is not None and meet.short_trace else None)
     lengthenable = rows is None or meet.requests_per_replay < rows
     status, note = _outcome(meet, miss, tolerance, note, lengthenable)
     if meet is not None and meet.requests_never_servable:
@@ -394,17 +397,6 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                           seeds=seeds,
                           status=status, probes=tuple(probes), best=meet, first_miss=miss,
                           note=note, config=scenario.model_dump(mode="json"))
-
-
-def file_rows(trace: Any) -> int | None:
-    """How many requests a trace file holds (every row, whatever ``limit`` keeps); None
-    for a generated trace."""
-    if trace is None or trace.file is None:
-        return None
-    from npusim.config.presets import REPO_ROOT
-
-    whole = trace.model_copy(update={"limit": None, "rate_scale": 1.0})
-    return len(whole.build(base_dir=REPO_ROOT))  # found as the engine finds it
 
 
 def _load_rejections(probe: CapacityProbe) -> int:
@@ -435,36 +427,6 @@ def _never_servable_note(probe: CapacityProbe, kinds: dict[str, int], target: fl
 
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
-
-
-def _pooled(results: list) -> dict[str, Any]:
-    """The metrics a probe reads, over several replays' requests together: shares of
-    all requests, TTFT p90 over every finished request, mean TBT over every gap
-    (``tbt_ms_mean``'s definition), offered rate and goodput averaged."""
-    import numpy as np
-    import pandas as pd
-
-    tables = pd.concat([r.requests for r in results], ignore_index=True)
-    metrics = [r.metrics for r in results]
-    total = sum(m["requests_total"] for m in metrics)
-    by_kind: dict[str, int] = {}
-    for m in metrics:
-        for kind, count in m.get("requests_rejected_by_kind", {}).items():
-            by_kind[kind] = by_kind.get(kind, 0) + count
-    out = {"requests_total": total,
-           "requests_rejected": sum(m["requests_rejected"] for m in metrics),
-           "requests_rejected_by_kind": by_kind,
-           "offered_requests_per_s": float(np.mean([m["offered_requests_per_s"] for m in metrics])),
-           "goodput_requests_per_s": float(np.mean([m["goodput_requests_per_s"] for m in metrics]))}
-    for key in ("slo_attainment", "slo_attainment_ttft", "slo_attainment_tbt"):
-        out[key] = sum(m[key] * m["requests_total"] for m in metrics) / total
-    done = tables[tables["status"] == "finished"]
-    out["ttft_ms_p90"] = float(np.percentile(done["ttft_ps"], 90)) * 1e-9 if len(done) else None
-    gaps = (done["generated"] - 1).clip(lower=0)
-    out["tbt_ms_mean"] = (float((done["mean_tbt_ps"].fillna(0) * gaps).sum() / gaps.sum()) * 1e-9
-                          if gaps.sum() else None)
-    out["e2e_ms_mean"] = float(done["e2e_ps"].mean()) * 1e-9 if len(done) else None
-    return out
 
 
 def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: float,
@@ -498,6 +460,6 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
                  "so a longer trace (more requests) can find a lower capacity"
                  + (" (--lengthen N, capacity.lengthen in a sweep, doubles a generator's "
                     "num_requests or a file's limit)" if lengthenable else
-                    " (this trace file ran whole: a longer file)"))
+                    " (every row of the trace file ran: use a longer file)"))
         note = f"{note}; {short}" if note else short
     return "found", note

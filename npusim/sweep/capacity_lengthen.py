@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import Any, Iterable
 
 from npusim.core.errors import ConfigError
-from npusim.sweep.capacity import (DEFAULTS, CapacityResult, argument_problems, file_rows,
-                                   find_capacity)
+from npusim.sweep.capacity import DEFAULTS, CapacityResult, argument_problems, find_capacity
+from npusim.sweep.capacity_probes import file_rows
 
 __all__ = ["find_steady_capacity"]
 
@@ -38,7 +38,6 @@ def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable
     if problems:
         raise ConfigError(source, [("doublings", message) for _, message in problems])
     trace = getattr(scenario.workload, "trace", None)
-    rows = file_rows(trace)  # None for a generator
     result = find_capacity(scenario, source=source, **search)
     earlier: list[str] = []
     exhausted = ""
@@ -50,6 +49,7 @@ def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable
                 or result.status == "all_meet" and best is not None and best.burst):
             break
         requests = best.requests_per_replay
+        rows = file_rows(trace, requests)  # None for a generator
         if rows is not None and requests >= rows:  # a longer replay needs a longer file
             exhausted = (f"the trace file has no more rows than the {requests} replayed, so it "
                          "cannot be lengthened; use a longer file")
@@ -75,4 +75,3 @@ def find_steady_capacity(config: Any, *, doublings: int = 3, overrides: Iterable
     elif exhausted:
         result = replace(result, note="; ".join(notes))
     return result
-

@@ -401,6 +401,8 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     ``shared_prefix`` leaves arrivals and lengths as they were.
     ``where`` prefixes the field names in error messages (``"workload.trace."``).
     """
+    if isinstance(num_requests, numbers.Integral) and not isinstance(num_requests, bool):
+        num_requests = int(num_requests)  # (a NumPy integer too)
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) \
             or not 1 <= num_requests <= MAX_REQUESTS:  # 10^9 requests exhausts memory
         raise TraceError(f"{where}num_requests: got {num_requests!r}; expected an integer "

@@ -232,7 +232,8 @@ _MAX_HASH = 2**63 - 1
 
 def hash_ids_cell(row: Row, column: str, loc: str) -> tuple[int, ...]:
     """A prompt's block hashes: a JSON list of integers, or (CSV) integers separated
-    by blanks; an absent or empty cell is no hashes."""
+    by blanks, or by commas inside brackets (``(3, 4)``, ``[3, 4]``); an absent or
+    empty cell is no hashes."""
     raw = row.values.get(column)
     what = ("integers from 0 to 2^63 - 1, one per prompt block (a JSON list, or "
             "separated by blanks in a CSV cell)")
@@ -241,7 +242,11 @@ def hash_ids_cell(row: Row, column: str, loc: str) -> tuple[int, ...]:
     if isinstance(raw, list):
         items: list[Any] = raw
     elif isinstance(raw, str):
-        items = raw.split()
+        text = raw.strip()
+        if len(text) >= 2 and text[0] + text[-1] in ("()", "[]"):
+            # a tuple or list as pandas writes RequestTrace.to_frame()'s hash_ids
+            text = text[1:-1].replace(",", " ")
+        items = text.split()
     else:
         raise TraceError(f"{loc}: column {column!r}: got {_clip(raw)}; expected {what}")
     values = []

@@ -294,11 +294,18 @@ def _plain_ints(request: Any) -> Any:
     if not isinstance(request, Request):
         return request
     fields = ("arrival_ps", "prompt_tokens", "output_tokens", "priority")
-    if all(type(getattr(request, name)) is int for name in fields):
+    hashes = request.block_hashes
+    listed = isinstance(hashes, (tuple, list))  # anything else: the check names it
+    if all(type(getattr(request, name)) is int for name in fields) and \
+            (not listed or all(type(h) is int for h in hashes)):
         return request
-    return dataclasses.replace(request, **{name: int(value) for name in fields
-                               if isinstance(value := getattr(request, name), numbers.Integral)
-                               and not isinstance(value, bool)})
+
+    def plain(value: Any) -> Any:  # (NumPy's bool is no Integral: the check refuses it)
+        return int(value) if isinstance(value, numbers.Integral) and not isinstance(
+            value, bool) else value
+
+    return dataclasses.replace(request, **{name: plain(getattr(request, name)) for name in fields},
+                               block_hashes=tuple(plain(h) for h in hashes) if listed else hashes)
 
 
 def _check_invariants(requests: tuple[Request, ...], source: str,

@@ -270,9 +270,14 @@ def test_a_layer_count_where_a_list_goes_says_what_the_list_holds(scenario, over
      "--set 'workload.scheduler={kind: continuous, ...}' replaces the whole section"),
     # read as the text '{mode: fusion, tp: 4' and reported as "not a valid dictionary"
     (FUSION, ["workload.pd={mode: fusion, tp: 4"],
-     "workload.pd: got '{mode: fusion, tp: 4', which leaves a YAML flow mapping open "
-     "(expected ',' or '}', but got '<stream end>'); expected a closed flow mapping"),
-    (FUSION, ["workload.pd.layers_per_stage=[4, 4"], "leaves a YAML flow list open"),
+     "workload.pd: got '{mode: fusion, tp: 4', which is not a YAML flow mapping "
+     "(expected ',' or '}', but got '<stream end>'); expected a flow mapping"),
+    (FUSION, ["workload.pd.layers_per_stage=[4, 4"], "which is not a YAML flow list"),
+    (FUSION, ["workload.pd.layers_per_stage=[4, 4]]"], "which is not a YAML flow list"),
+    (FUSION, ["workload.pd={mode: fusion tp: 4}"], "which is not a YAML flow mapping"),
+    # the routing check says "does not use it ... remove it": the hint says how
+    (MOE, ["workload.routing={kind: imbalanced, ratio: 2}", "workload.routing.kind=balanced"],
+     "--set 'workload.routing={kind: balanced, ...}' replaces the whole section"),
     # text that only starts with a bracket stays text (here: a trace file name)
     (FUSION, ["workload.trace.file=[2024]-trace.csv"],
      "workload.trace.file: [2024]-trace.csv: trace file not found"),
@@ -342,3 +347,10 @@ def test_a_trace_cut_by_its_task_cap_is_said(tmp_path, capsys):
                             tmp_path / "all"], capsys)
     assert json.loads((tmp_path / "all" / "metrics.json").read_text())["trace_truncated"] is False
     assert "trace_max_tasks" not in err
+
+
+def test_a_kind_switch_hint_stays_off_problems_it_cannot_fix(tmp_path, capsys):
+    # a range error beside a --mode (an override of run.mode the user never typed)
+    code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--set", "run.seed=-1",
+                            "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "run.seed" in err and "replaces the whole section" not in err

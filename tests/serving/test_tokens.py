@@ -52,3 +52,17 @@ def test_one_token_requests_read_back_from_a_run_directory(tmp_path):
     tokens = analysis.token_table(tmp_path / "run")
     assert len(tokens) == 3 and tokens["first"].all()
     assert list(tokens["gap_ps"] / 1e9) == pytest.approx(list(result.requests["ttft_ps"] / 1e9))
+
+
+def test_one_token_requests_beside_a_rejected_one_read_back(tmp_path):
+    # numbers and an empty cell: pandas reads the column as float, and every row was
+    # skipped (an empty table, no warning)
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\na,0,16,1\n"
+                     "b,1000000000,100000,1\nc,2000000000,16,1\n")
+    result = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml",
+                             overrides=[f"workload.trace.file={trace}"])
+    assert result.metrics["requests_rejected"] == 1
+    result.write(tmp_path / "run")
+    tokens = analysis.token_table(tmp_path / "run")
+    assert list(tokens["request_id"]) == ["a", "c"] and tokens["time_ps"].dtype == "int64"

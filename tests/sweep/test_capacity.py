@@ -96,7 +96,7 @@ def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagge
                           f"arrive within {span_s:.3g} s, less than 4 times their mean "
                           "end-to-end latency (1 s): the replay ends before the queues settle, "
                           "so a longer trace (more requests) can find a lower capacity "
-                          "(this trace file ran whole: a longer file)")
+                          "(every row of the trace file ran: use a longer file)")
     assert found.max_requests_per_s is not None  # still the bracket found, with the warning
     monkeypatch.setattr(npusim.api, "simulate", stand_in(47.0, e2e_ms=0.4e3))
     calm = find_capacity(DISAGG, max_probes=30)
@@ -189,7 +189,7 @@ def test_lengthening_a_trace_file_doubles_its_limit_until_the_rows_run_out(
     assert steady.note.startswith("lengthened the trace (100 requests: ")
     assert "; 200 requests: " in steady.note
     assert f"no more rows than the {rows} replayed" in steady.note
-    assert "(this trace file ran whole: a longer file)" in steady.note
+    assert "(every row of the trace file ran: use a longer file)" in steady.note
     assert "--lengthen N" not in steady.note  # no hint that cannot help
     # the whole file from the start: nothing to lengthen, one search, the note says so
     calls.clear()
@@ -656,3 +656,34 @@ def test_the_python_api_takes_one_override_string_and_checks_progress_first(monk
     with pytest.raises(ConfigError, match="progress: expected a function progress"):
         find_capacity(DISAGG, progress=3)
     assert calls == []  # refused before any probe ran (it raised TypeError after one)
+
+
+@pytest.mark.unit
+def test_a_bad_row_past_the_replayed_ones_does_not_fail_the_row_count(tmp_path):
+    # the whole file was read to count its rows: a bad row past the limit broke a
+    # search that never replays it
+    from npusim.sweep.capacity_probes import file_rows
+    from npusim.workload.trace_spec import TraceSpec
+
+    path = tmp_path / "t.csv"
+    path.write_text(rows_file(tmp_path, 50) and (tmp_path / "rows_50.csv").read_text()
+                    + "late,1,100,100\n")  # out of order: row 52
+    spec = TraceSpec(file=str(path), limit=20)
+    assert file_rows(spec, 20) == 21 and file_rows(spec, 49) == 50
+    # reaching the bad row: more rows exist (a replay of them names it)
+    assert file_rows(spec, 50) == 51 and file_rows(spec, 60) == 61
+    assert file_rows(TraceSpec(num_requests=10, arrival={"kind": "poisson", "rate_per_s": 1},
+                               prompt=10, output=10), 5) is None
+
+
+@pytest.mark.unit
+def test_requests_refused_on_arrival_do_not_hide_a_burst(monkeypatch):
+    # any rejection made two probes "never alike", so a burst that meets the SLO with a
+    # few prompts refused at every rate doubled on until the probes ran out
+    calls: list = []
+    monkeypatch.setattr(npusim.api, "simulate",
+                        refusing(stand_in(1e9, calls=calls), {"batch_tokens": 2}))
+    found = find_capacity(DISAGG, max_probes=40)
+    assert found.status == "all_meet" and len(calls) < 40
+    assert "doubling the rate no longer changes the latencies" in found.note
+    assert "2 of 100 requests are rejected at any rate" in found.note

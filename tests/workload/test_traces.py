@@ -510,6 +510,11 @@ def test_a_trace_frame_written_by_pandas_reads_back(tmp_path):
     again = read_trace(tmp_path / "t.csv")
     assert [(r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in again] == \
         [(r.request_id, r.arrival_ps, r.prompt_tokens, r.output_tokens) for r in trace]
+    # block hashes too: pandas writes the tuples as "(1, 2)"
+    hashed = RequestTrace([Request("a", 0, 1100, 3, 0, (1, 2)), Request("b", 5, 1100, 3, 0, (1, 3))],
+                          hash_block_tokens=512)
+    hashed.to_frame().to_csv(tmp_path / "h.csv")
+    assert read_trace(tmp_path / "h.csv", hash_block_tokens=512) == hashed
 
 
 def test_numpy_integers_from_a_dataframe_are_plain_token_counts():
@@ -519,10 +524,15 @@ def test_numpy_integers_from_a_dataframe_are_plain_token_counts():
     assert trace == RequestTrace([Request("a", 0, 5, 3, 1)])
     assert all(type(v) is int for v in (trace[0].arrival_ps, trace[0].prompt_tokens))
     assert repr(trace) == "RequestTrace(1 request from <memory>)"
-    generated = generate_trace(3, PoissonArrival(rate_per_s=2.0), np.int64(5), np.int64(4))
+    generated = generate_trace(np.int64(3), PoissonArrival(rate_per_s=2.0), np.int64(5),
+                               np.int64(4))
     assert [(r.prompt_tokens, r.output_tokens) for r in generated] == [(5, 4)] * 3
     with pytest.raises(TraceError, match="prompt_tokens: got 0; expected an integer >= 1"):
         RequestTrace([Request("a", 0, np.int64(0), 3)])
+    hashed = RequestTrace([Request("a", 0, 50, 3, 0, (np.int64(3), 4))], hash_block_tokens=16)
+    assert hashed[0].block_hashes == (3, 4) and type(hashed[0].block_hashes[0]) is int
+    with pytest.raises(TraceError, match="priority: got np.True_; expected an integer"):
+        RequestTrace([Request("a", 0, 5, 3, np.bool_(True))])
 
 
 def test_preset_traces_name_a_bad_argument_in_a_trace_error():
