@@ -269,12 +269,18 @@ def refusing(simulate, by_kind):
     return run
 
 
-@pytest.mark.unit
-def test_requests_refused_at_any_rate_below_the_target_stop_the_search_at_once(monkeypatch):
+def search_refusing(monkeypatch, by_kind, capacity_per_s=47.0, **search):
+    """find_capacity against a stand-in that rejects ``by_kind``; the result and the
+    rate scales probed."""
     calls: list = []
     monkeypatch.setattr(npusim.api, "simulate",
-                        refusing(stand_in(47.0, calls=calls), {"batch_tokens": 35}))
-    found = find_capacity(DISAGG, max_probes=16)
+                        refusing(stand_in(capacity_per_s, calls=calls), by_kind))
+    return find_capacity(DISAGG, **search), calls
+
+
+@pytest.mark.unit
+def test_requests_refused_at_any_rate_below_the_target_stop_the_search_at_once(monkeypatch):
+    found, calls = search_refusing(monkeypatch, {"batch_tokens": 35}, max_probes=16)
     # one probe: no rate can admit a prompt longer than the batch (the search halved
     # 15 times, to 1e-4 req/s, before saying so)
     assert len(calls) == 1 and found.status == "none_meets" and found.best is None
@@ -303,10 +309,7 @@ def test_requests_refused_at_any_rate_above_the_target_are_named_with_the_capaci
 
 @pytest.mark.unit
 def test_rejections_that_depend_on_the_load_do_not_stop_the_search(monkeypatch):
-    calls: list = []
-    monkeypatch.setattr(npusim.api, "simulate",
-                        refusing(stand_in(47.0, calls=calls), {"never_scheduled": 35}))
-    found = find_capacity(DISAGG, max_probes=8)
+    found, calls = search_refusing(monkeypatch, {"never_scheduled": 35}, max_probes=8)
     assert len(calls) == 8 and found.first_miss.requests_never_servable == 0
     assert "at any rate" not in found.note
 
@@ -680,10 +683,7 @@ def test_a_bad_row_past_the_replayed_ones_does_not_fail_the_row_count(tmp_path):
 def test_requests_refused_on_arrival_do_not_hide_a_burst(monkeypatch):
     # any rejection made two probes "never alike", so a burst that meets the SLO with a
     # few prompts refused at every rate doubled on until the probes ran out
-    calls: list = []
-    monkeypatch.setattr(npusim.api, "simulate",
-                        refusing(stand_in(1e9, calls=calls), {"batch_tokens": 2}))
-    found = find_capacity(DISAGG, max_probes=40)
+    found, calls = search_refusing(monkeypatch, {"batch_tokens": 2}, 1e9, max_probes=40)
     assert found.status == "all_meet" and len(calls) < 40
     assert "doubling the rate no longer changes the latencies" in found.note
     assert "2 of 100 requests are rejected at any rate" in found.note
