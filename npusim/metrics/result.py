@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from npusim.core.errors import OutputError
+from npusim.core.errors import NpusimError, OutputError
 from npusim.core.json_keys import naturally_ordered
 from npusim.metrics.perfetto import build_trace, write_trace
 
@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 SEGMENT_COLUMNS = ("segment", "label", "start_ps", "end_ps", "memo_hit")
 OP_COLUMNS = ("segment", "label", "task", "name", "op", "type", "unit", "start_ps", "end_ps",
               "duration_ps", "flops", "bytes")
+
+
+class NoSuchTable(NpusimError, KeyError):
+    """:meth:`Result.table` of a name the run has no table for (a KeyError too, as a
+    mapping lookup; npusim's own error, so the message prints as written)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass
@@ -46,7 +54,9 @@ class Result:
         import pandas as pd
 
         if name not in self.tables:
-            raise KeyError(f"no table {name!r}; this result has: {', '.join(self.tables) or 'none'}")
+            raise NoSuchTable(f"no table {name!r}; this result has: "
+                              f"{', '.join(self.tables) or 'none'} (requests and iterations "
+                              "come with serving runs)")
         raw = self.tables[name]
         frame = pd.DataFrame(raw)
         # An integer column with gaps (a rejected request has no first_token_ps) would

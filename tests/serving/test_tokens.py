@@ -66,3 +66,13 @@ def test_one_token_requests_beside_a_rejected_one_read_back(tmp_path):
     result.write(tmp_path / "run")
     tokens = analysis.token_table(tmp_path / "run")
     assert list(tokens["request_id"]) == ["a", "c"] and tokens["time_ps"].dtype == "int64"
+
+
+def test_a_result_without_a_requests_table_says_so_in_npusims_own_error():
+    from npusim.core.errors import NpusimError
+
+    result = npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml")
+    with pytest.raises(NpusimError, match="no table 'requests'; this result has: none") as info:
+        result.requests
+    assert isinstance(info.value, KeyError)  # still a mapping lookup's error
+    assert str(info.value).startswith("no table")  # printed as written, not quoted
