@@ -127,7 +127,7 @@ class Result:
         """
         from npusim.core.output_paths import check_output_dir
 
-        out = check_output_dir(out_dir)
+        out = check_output_dir(out_dir, option="")  # (the CLI checked --out already)
         out.mkdir(parents=True, exist_ok=True)
         names = (["metrics.json", "ops.csv", "segments.csv"] + [f"{n}.csv" for n in self.tables]
                  + list(RUN_FILES))

@@ -162,7 +162,7 @@ class CapacityResult:
 
         from npusim.core.output_paths import check_output_dir
 
-        out = check_output_dir(out_dir)
+        out = check_output_dir(out_dir, option="")  # (the CLI checked --out already)
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / "capacity.csv", self.table().to_csv(index=False), "the probes")
         write_text(out / "capacity.json", json.dumps(self.to_dict(), indent=2, sort_keys=True)
