@@ -121,11 +121,20 @@ def parse_time_ms(value: object) -> object:
     return value
 
 
+#: The lowest frequency a bare number (no unit) may give: below 1 MHz it is almost
+#: surely MHz or GHz written without the unit (a unit string may still say '800Hz').
+BARE_HZ_MIN = 1_000_000
+
+
 def parse_freq_hz(value: object) -> int:
     """Parse a frequency (``"500MHz"``, ``"2.3GHz"``) into integer hertz."""
     number = _plain_number(value, "a frequency")
     if number is not None:
         hz = _as_nonneg_int(number, value, "frequency", "1 Hz")
+        if 0 < hz < BARE_HZ_MIN:  # `freq_hz: 800` meant as MHz ran at 800 Hz, unflagged
+            raise UnitError(f"got {value!r}: a number without a unit is hertz, and "
+                            f"{hz} Hz is no clock of a chip; expected a unit such as "
+                            f"'{value}MHz', or at least {BARE_HZ_MIN:,} Hz")
     else:
         if not isinstance(value, str):
             raise UnitError(f"expected a frequency like '500MHz', got {value!r}")

@@ -89,3 +89,11 @@ def test_a_sub_resolution_bandwidth_is_not_told_to_use_zero():
     assert "at least 1" in str(info.value) and "use 0" not in str(info.value)
     with pytest.raises(UnitError, match="use 0 for none"):
         parse_time_ps("0.1ps")  # a duration of 0 is a valid "none"
+
+
+@pytest.mark.parametrize("value", [800, 1.5, 999_999])
+def test_a_bare_number_below_a_megahertz_is_refused_as_a_clock(value):
+    # `freq_hz: 800` (meant as MHz) ran at 800 Hz: a TTFT of 4.7e4 s, nothing flagged
+    with pytest.raises(UnitError, match="a number without a unit is hertz"):
+        parse_freq_hz(value)
+    assert parse_freq_hz(1_000_000) == 1_000_000 and parse_freq_hz("800Hz") == 800
