@@ -339,15 +339,24 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     from npusim.config.schema import scenario_model
 
     overrides = list(overrides)
-    data = load_raw(path, overrides, hw_file)
+    try:
+        data = load_raw(path, overrides, hw_file)
+    except ConfigError as exc:  # a preset the --hw file names that does not exist
+        if exc.source != str(path) or any(o.strip().startswith("hw") for o in overrides):
+            raise with_override_notes(exc, overrides) from None
+        raise _blame_hw_file(exc, hw_file) from None
     try:
         return validate(scenario_model(), data, str(path))
     except ConfigError as exc:
-        exc = with_override_notes(exc, overrides)
-        # With --hw the hardware came from that file: blame it, with its own field paths.
-        if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
-            raise exc from None
-        raise ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems]) from None
+        raise _blame_hw_file(with_override_notes(exc, overrides), hw_file) from None
+
+
+def _blame_hw_file(exc: ConfigError, hw_file: str | Path | None) -> ConfigError:
+    """``exc``, or with ``--hw`` the same problems blamed on that file with its own
+    field paths when they are all in the hardware it supplied."""
+    if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
+        return exc
+    return ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems])
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",

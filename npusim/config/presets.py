@@ -187,7 +187,12 @@ def load_preset(name: str, root: Path | None = None) -> dict[str, Any]:
         known = list_presets(root)
         stem = name.rsplit("/", 1)[-1]
         close = [k for k in known if stem in k or k.rsplit("/", 1)[-1] in stem][:5]
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; known presets: {', '.join(known)}"
+        # the presets of the folder asked for (memory/, npu/, links/), when it has any
+        folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+        listed = [k for k in known if folder and k.startswith(folder)] or known
+        hint = (f"; did you mean {', '.join(close)}?" if close else
+                f"; known presets{' in ' + folder if listed is not known else ''}: "
+                f"{', '.join(listed)}")
         raise ConfigError(str(path), [("preset", f"no preset named {name!r}{hint}")])
     data = read_yaml(path)
     if not isinstance(data, dict):

@@ -354,3 +354,13 @@ def test_a_kind_switch_hint_stays_off_problems_it_cannot_fix(tmp_path, capsys):
     code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--set", "run.seed=-1",
                             "--out", tmp_path / "out"], capsys)
     assert code == 2 and "run.seed" in err and "replaces the whole section" not in err
+
+
+def test_a_missing_preset_in_a_hw_file_is_blamed_on_that_file(tmp_path, capsys):
+    # the scenario file was named (hw.hbm.preset), and every preset folder was listed
+    hw = tmp_path / "chip.yaml"
+    hw.write_text("preset: npu/large_core_64\nhbm: {preset: memory/hbm4}\n")
+    code, _, err = run_cli(["run", QUICKSTART, "--hw", hw, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and err.startswith(f"error: {hw}: ")
+    assert "hbm.preset: no preset named 'memory/hbm4'; known presets in memory/: " in err
+    assert "npu/" not in err.split("known presets in memory/: ")[1]
