@@ -258,3 +258,17 @@ def test_partition_gemm_bench_reports_latency_and_bytes():
 def test_the_partial_sum_add_reads_both_partial_sums():
     op = add_op(GemmSpec("g", 64, 256, 128), 64 * 128)
     assert (op.inputs, op.elements, op.input_bytes, op.output_bytes) == (2, 8192, 32768, 16384)
+
+
+@pytest.mark.parametrize("cols, tile_bytes, expected", [
+    (128, 4 << 20, 768), (64, 4 << 20, 768), (32, 1 << 20, 128),  # the presets: as before
+    (96, 1 << 20, 192), (112, 4 << 20, 784), (112, 1 << 20, 112),  # whole folds
+])
+def test_weight_tiles_hold_whole_folds_of_the_array(cols, tile_bytes, expected):
+    # tiles were aligned to 128 columns whatever the array: a 96- or 112-wide array
+    # paid a partial fold in every tile
+    from npusim.strategies.npu.partition import GemmSpec
+
+    gemm = GemmSpec("g", 1, 2560, 9728, weight_tile_bytes=tile_bytes, array_cols=cols)
+    per_tile = gemm.columns_per_tile(2560 * 2)
+    assert per_tile == expected and per_tile % cols == 0

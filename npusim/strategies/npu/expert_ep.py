@@ -93,7 +93,8 @@ class ExpertParallel:
                 name = self.weight_name(item.label, expert, tp)
                 in_hbm = ctx.has_hbm and (layer, name) not in plan.sram_weights
                 return stream_gemm(graph, ports, buffers, core, f"L{layer}.{item.label}", item.op,
-                                   in_hbm, waits, ctx.config.weight_tile_bytes)
+                                   in_hbm, waits, ctx.config.weight_tile_bytes,
+                                   ctx.array_cols(group))
 
             halves = gemm(gate, arrived[p]) + gemm(up, arrived[p])
             mul = graph.compute(f"core{core}.vec", act.op, halves, f"L{layer}.{act.label}@core{core}")

@@ -51,7 +51,8 @@ class ExpertTensorParallel:
             resident = (layer, item.label) in plan.sram_weights or not ctx.has_hbm
             spec = GemmSpec(f"L{layer}.{item.name}", item.op.m, item.op.k, item.op.n,
                             item.op.dtype_bytes, 1, "sram" if resident else "hbm",
-                            ctx.config.weight_tile_bytes, ctx.config.stream_chunk_bytes)
+                            ctx.config.weight_tile_bytes, ctx.config.stream_chunk_bytes,
+                            ctx.array_cols(group))
             return ctx.strategy.lower(graph, spec, group, waits, ctx.width)
 
         for expert in np.flatnonzero(assignment.computed):

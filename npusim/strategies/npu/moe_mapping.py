@@ -36,7 +36,7 @@ from npusim.core import registry
 from npusim.core.errors import MappingError, NpusimError
 from npusim.core.registry import PartConfig
 from npusim.mapping.taskgraph import Op, TaskGraph
-from npusim.strategies.npu.partition import Ports, tile_extent, tile_extents
+from npusim.strategies.npu.partition import Ports, tile_align, tile_extent, tile_extents
 from npusim.workload.layer_ops import MoEExperts
 
 __all__ = ["ExpertPlacementConfig", "Assignment", "MoeRouting", "expert_placement",
@@ -248,7 +248,8 @@ class TileBuffers:
 
 
 def stream_gemm(graph: TaskGraph, ports: Ports, buffers: TileBuffers, core: int, label: str,
-                op: Op, in_hbm: bool, deps: list[int], tile_bytes: int) -> list[int]:
+                op: Op, in_hbm: bool, deps: list[int], tile_bytes: int,
+                array_cols: int = 0) -> list[int]:
     """GEMM ``op`` (``[m, k] @ W[k, n]``) whole on ``core``'s array; ``W`` resident in SRAM
     or streamed from the core's HBM in column tiles of about ``tile_bytes``
     (double-buffered).  Task names start with ``label``."""
@@ -257,7 +258,8 @@ def stream_gemm(graph: TaskGraph, ports: Ports, buffers: TileBuffers, core: int,
         return [graph.compute(sa, op, deps, f"{label}@core{core}")]
     out = []
     m, k, n, dtype = op.m, op.k, op.n, op.dtype_bytes
-    for t, cols in enumerate(tile_extents(n, tile_extent(tile_bytes, k * dtype))):
+    per_tile = tile_extent(tile_bytes, k * dtype, tile_align(array_cols), array_cols)
+    for t, cols in enumerate(tile_extents(n, per_tile)):
         load = ports.load(core, k * cols * dtype, buffers.free_slot(core),
                           f"{label}:load W.{t}@core{core}")
         task = graph.compute(sa, Op("gemm", m=m, k=k, n=cols, dtype_bytes=dtype, name=op.name),

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+import math
 from math import isqrt
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
@@ -71,6 +72,14 @@ class GemmSpec:
     #: Bulk sequential streams can use large burst groups: fewer simulated events,
     #: the DRAM channel still times every burst inside each group.
     stream_chunk_bytes: int = 0
+    #: Columns of the systolic array the GEMM runs on (0: unknown; tiles then align to
+    #: TILE_ALIGN only).
+    array_cols: int = 0
+
+    def columns_per_tile(self, bytes_per_column: int) -> int:
+        """Columns per streamed weight tile whose columns take ``bytes_per_column``."""
+        return tile_extent(self.weight_tile_bytes, bytes_per_column,
+                           tile_align(self.array_cols), self.array_cols)
 
     def __post_init__(self) -> None:
         for label in ("m", "k", "n", "dtype_bytes", "batch", "weight_tile_bytes"):
@@ -156,16 +165,27 @@ def splits(total: int, parts: int) -> list[int]:
 
 #: Tile extents are rounded down to a multiple of this many rows/columns (when at least
 #: that large) so that tiling adds no partial systolic-array folds: 128 is a multiple of
-#: every preset's array width (32, 64, 128).  Assumption: a configured array wider than
-#: 128 may get a partial fold per tile from this rounding.
+#: every preset's array width (32, 64, 128).  Another width aligns to its least common
+#: multiple with 128, or to the width itself when a tile is smaller than that.
 TILE_ALIGN = 128
 
 
-def tile_extent(tile_bytes: int, bytes_per_unit: int) -> int:
+def tile_align(array_cols: int) -> int:
+    """The tile alignment for an array ``array_cols`` wide (``TILE_ALIGN`` for widths that
+    divide it, as every preset's does; else their least common multiple)."""
+    return math.lcm(TILE_ALIGN, max(1, array_cols))
+
+
+def tile_extent(tile_bytes: int, bytes_per_unit: int, align: int = TILE_ALIGN,
+                array_cols: int = 0) -> int:
     """Rows/columns per tile so that a tile is at most about ``tile_bytes`` (at least one;
-    a multiple of :data:`TILE_ALIGN` when one fits)."""
+    a multiple of ``align`` when one fits, else of ``array_cols`` when one of those fits:
+    a 96- or 112-wide array got partial folds in every tile from a 128 alignment)."""
     extent = max(1, tile_bytes // max(1, bytes_per_unit))
-    return extent // TILE_ALIGN * TILE_ALIGN if extent >= TILE_ALIGN else extent
+    for step in (align, array_cols):
+        if step and extent >= step:
+            return extent // step * step
+    return extent
 
 
 def tile_extents(extent: int, per_tile: int) -> list[int]:

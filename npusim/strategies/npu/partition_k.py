@@ -40,7 +40,7 @@ from npusim.mapping.taskgraph import TaskGraph
 from npusim.strategies.npu.lowering_replay import LoweringReplay
 from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              add_op, ceil_div, gemm_op, join_outputs,
-                                             max_ring_hops, splits, tile_extent, tile_extents)
+                                             max_ring_hops, splits, tile_extents)
 from npusim.strategies.npu.placement import Group
 
 
@@ -72,7 +72,7 @@ class KPartition:
         k_parts, blocks = splits(gemm.k, tp), splits(gemm.n, tp)
         # Tiles must line up around the ring (a partial tile is added to the same tile of
         # the neighbour), so all cores use the tile width of the largest K slice.
-        per_tile = tile_extent(gemm.weight_tile_bytes, max(k_parts) * eb)
+        per_tile = gemm.columns_per_tile(max(k_parts) * eb)
         tiles = [tile_extents(cols, per_tile) for cols in blocks]
         ports = Ports(graph, gemm.stream_chunk_bytes)
         outputs: dict[int, list[int]] = {core: [] for core in ring}

@@ -45,7 +45,7 @@ from npusim.mapping.taskgraph import TaskGraph
 from npusim.strategies.npu.lowering_replay import LoweringReplay
 from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              ceil_div, join_outputs, max_ring_hops,
-                                             rotate_rings, splits, tile_extent)
+                                             rotate_rings, splits)
 from npusim.strategies.npu.placement import Group
 
 
@@ -83,7 +83,7 @@ class MnPartition:
         else:
             stationary, rotating = splits(gemm.n, tp), splits(gemm.m, tp)
         # A weight column and an input row both hold k elements: one tile size for both.
-        per_tile = tile_extent(gemm.weight_tile_bytes, gemm.k * gemm.elem_bytes)
+        per_tile = gemm.columns_per_tile(gemm.k * gemm.elem_bytes)
         outputs = rotate_rings(Ports(graph, gemm.stream_chunk_bytes), gemm, [ring], [gemm.k], stationary, rotating,
                                self.config.rotate, per_tile, deps, gemm.name)
         return join_outputs(graph, gemm.name, outputs)

@@ -48,7 +48,7 @@ from npusim.strategies.npu.lowering_replay import LoweringReplay
 from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              ceil_div, grid_of, join_outputs, max_ring_hops,
                                              ring_allreduce, rotate_rings, splits,
-                                             tile_extent, tile_extents)
+                                             tile_extents)
 from npusim.strategies.npu.placement import Group
 
 
@@ -95,7 +95,7 @@ class MnkPartition:
             stationary, rotating = splits(gemm.n, R), splits(gemm.m, R)
         # Partial tiles of a row are summed element-wise, so every column must cut its
         # blocks the same way: one tile width, from the largest K slice.
-        per_tile = tile_extent(gemm.weight_tile_bytes, max(k_parts) * gemm.elem_bytes)
+        per_tile = gemm.columns_per_tile(max(k_parts) * gemm.elem_bytes)
         ports = Ports(graph, gemm.stream_chunk_bytes)
 
         def allreduce_rows(step: int, partials: dict) -> dict[int, list[int]]:

@@ -89,6 +89,12 @@ class StageBuilder:
         self.moe_placement = expert_placement(config) if model.is_moe else None
         self.token_start = 0
 
+    def array_cols(self, group: Group) -> int:
+        """Columns of the systolic arrays of ``group`` (its cores share one kind: a
+        pool's cores are specialised together), for tiles without partial folds."""
+        array = self.device.parts.get(f"core{group.cores[0]}.sa")
+        return getattr(getattr(array, "config", None), "cols", 0) or 0
+
     # -- stages ----------------------------------------------------------------------
     def stage(self, group: Group, previous: Group | None, plan: StagePlan,
               chunks: tuple[SequenceChunk, ...], name: str, token_start: int = 0) -> TaskGraph:
@@ -320,7 +326,7 @@ class StageBuilder:
             spec = GemmSpec(tag, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
                             "sram" if (layer, op.name) in plan.sram_weights or not self.has_hbm
                             else "hbm", self.config.weight_tile_bytes,
-                            self.config.stream_chunk_bytes)
+                            self.config.stream_chunk_bytes, self.array_cols(group))
             return self.strategy.lower(graph, spec, group, deps, self.width)
         if role == "attention":
             return self._attention(graph, group, plan, op, tag, deps)
@@ -415,5 +421,6 @@ class StageBuilder:
             columns = -(-head.op.n // count)
             stream_gemm(graph, ports, buffers, core, "lm_head",
                         Op("gemm", m=rows, k=hidden, n=columns, dtype_bytes=dtype,
-                           name="lm_head"), streamed, [task], self.config.weight_tile_bytes)
+                           name="lm_head"), streamed, [task], self.config.weight_tile_bytes,
+                        self.array_cols(cores))
         return graph
