@@ -62,8 +62,9 @@ def _summary_table(result) -> None:
         table.add_row("throughput", f"{metrics['throughput_tokens_per_s']:,.1f} tokens/s")
         # Rates follow the offered load until the chip saturates: beside it, the reader
         # sees whether a throughput (or its per-mm² figure) is the chip's or the trace's.
+        offered = metrics["offered_requests_per_s"]
         table.add_row("requests offered / served",
-                      f"{metrics['offered_requests_per_s']:.2f} / "
+                      (f"{offered:.2f}" if offered else "all at once") + " / "
                       f"{metrics['throughput_requests_per_s']:.2f} req/s")
         table.add_row("goodput (SLO met)", f"{metrics['goodput_requests_per_s']:.2f} req/s "
                                            f"({100 * metrics['slo_attainment']:.0f}%)")

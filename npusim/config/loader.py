@@ -22,8 +22,9 @@ from typing import Any, Iterable, Mapping, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 # (parse_override and apply_override are part of this module's API: --set, step 4)
-from npusim.config.overrides import (describe_input, format_path, join_path,
-                                     with_override_notes, apply_override, parse_override)
+from npusim.config.overrides import (OVERRIDE_MARK, apply_override, describe_input,
+                                     format_path, join_path, parse_override,
+                                     with_override_notes)
 from npusim.config.presets import load_preset, locate, read_yaml
 from npusim.core.errors import ConfigError
 
@@ -341,10 +342,10 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     overrides = list(overrides)
     try:
         data = load_raw(path, overrides, hw_file)
-    except ConfigError as exc:  # a preset the --hw file names that does not exist
-        if exc.source != str(path) or any(o.strip().startswith("hw") for o in overrides):
-            raise with_override_notes(exc, overrides) from None
-        raise _blame_hw_file(exc, hw_file) from None
+    except ConfigError as exc:  # e.g. a preset the --hw file names that does not exist
+        if exc.source != str(path):
+            raise
+        raise _blame_hw_file(with_override_notes(exc, overrides), hw_file) from None
     try:
         return validate(scenario_model(), data, str(path))
     except ConfigError as exc:
@@ -352,11 +353,19 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
 
 
 def _blame_hw_file(exc: ConfigError, hw_file: str | Path | None) -> ConfigError:
-    """``exc``, or with ``--hw`` the same problems blamed on that file with its own
-    field paths when they are all in the hardware it supplied."""
-    if hw_file is None or not all(p == "hw" or p.startswith("hw.") for p, _ in exc.problems):
+    """``exc`` with ``--hw``: problems in the hardware that file supplied (``hw.*``, not
+    set by an override) are its own, with its own field paths; blamed on that file when
+    every problem is, else marked ``(in FILE)`` beside the scenario's."""
+    def from_file(path: str, message: str) -> bool:
+        return ((path == "hw" or path.startswith("hw.")) and OVERRIDE_MARK not in message
+                and "(overrides inside it:" not in message)
+
+    if hw_file is None or not any(from_file(p, m) for p, m in exc.problems):
         return exc
-    return ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems])
+    if all(from_file(p, m) for p, m in exc.problems):
+        return ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems])
+    return ConfigError(exc.source, [(p, f"{m} (in {hw_file})" if from_file(p, m) else m)
+                                    for p, m in exc.problems])
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",

@@ -50,12 +50,14 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         text = raw_value.strip()
         start = text[:1]
         mark = getattr(exc, "problem_mark", None)
+        before = raw_value[:mark.index].rstrip() if mark is not None else ""
         after = raw_value[mark.index:].strip() if mark is not None else ""
-        if start in ("{", "[") and not (after and after[0] not in "[]{},:"):
+        closed_then_text = before[-1:] in ("]", "}") and after[:1] not in ("", "]", "}", ",", ":")
+        if start in ("{", "[") and not closed_then_text:
             # A flow mapping or list that does not parse (left open, a missing comma, a
             # bracket too many): meant as a section or a list, and the text would only be
-            # "not a valid dictionary" at the field, far from the typo.  Text that starts
-            # with a closed bracket and goes on ('[2024]-trace.csv') stays text.
+            # "not a valid dictionary" at the field, far from the typo.  Text whose parse
+            # stopped right after a closed bracket ('[2024]-trace.csv') stays text.
             what = "mapping, e.g. {kind: continuous}" if start == "{" else "list, e.g. [4, 4]"
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise ConfigError("--set", [(raw_path.strip(), f"got {describe_input(raw_value)}, "
@@ -119,6 +121,8 @@ def describe_input(value: Any) -> str:
 
 #: Appended to a problem at a field an override set (``--set``, ``--trace``, ...).
 OVERRIDE_NOTE = " (from the override {})"
+#: What every override note starts with (a problem's message that has it came from one).
+OVERRIDE_MARK = OVERRIDE_NOTE.split("{")[0]
 
 
 def _field_does_not_apply(message: str) -> bool:

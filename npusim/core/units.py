@@ -133,8 +133,8 @@ def parse_freq_hz(value: object) -> int:
         hz = _as_nonneg_int(number, value, "frequency", "1 Hz")
         if 0 < hz < BARE_HZ_MIN:  # `freq_hz: 800` meant as MHz ran at 800 Hz, unflagged
             raise UnitError(f"got {value!r}: a number without a unit is hertz, and "
-                            f"{hz} Hz is no clock of a chip; expected a unit such as "
-                            f"'{value}MHz', or at least {BARE_HZ_MIN:,} Hz")
+                            f"{hz} Hz is no clock of a chip; expected a unit (e.g. "
+                            f"'800MHz'), or at least {BARE_HZ_MIN:,} Hz")
     else:
         if not isinstance(value, str):
             raise UnitError(f"expected a frequency like '500MHz', got {value!r}")

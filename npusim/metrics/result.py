@@ -54,9 +54,10 @@ class Result:
         import pandas as pd
 
         if name not in self.tables:
+            hint = "" if "requests" in self.tables else \
+                " (requests and iterations come with serving runs)"
             raise NoSuchTable(f"no table {name!r}; this result has: "
-                              f"{', '.join(self.tables) or 'none'} (requests and iterations "
-                              "come with serving runs)")
+                              f"{', '.join(self.tables) or 'none'}{hint}")
         raw = self.tables[name]
         frame = pd.DataFrame(raw)
         # An integer column with gaps (a rejected request has no first_token_ps) would

@@ -275,6 +275,7 @@ def test_a_layer_count_where_a_list_goes_says_what_the_list_holds(scenario, over
     (FUSION, ["workload.pd.layers_per_stage=[4, 4"], "which is not a YAML flow list"),
     (FUSION, ["workload.pd.layers_per_stage=[4, 4]]"], "which is not a YAML flow list"),
     (FUSION, ["workload.pd={mode: fusion tp: 4}"], "which is not a YAML flow mapping"),
+    (FUSION, ['workload.pd.layers_per_stage=["a" b]'], "which is not a YAML flow list"),
     # the routing check says "does not use it ... remove it": the hint says how
     (MOE, ["workload.routing={kind: imbalanced, ratio: 2}", "workload.routing.kind=balanced"],
      "--set 'workload.routing={kind: balanced, ...}' replaces the whole section"),
@@ -354,6 +355,22 @@ def test_a_kind_switch_hint_stays_off_problems_it_cannot_fix(tmp_path, capsys):
     code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--set", "run.seed=-1",
                             "--out", tmp_path / "out"], capsys)
     assert code == 2 and "run.seed" in err and "replaces the whole section" not in err
+
+
+def test_hw_file_problems_beside_others_are_marked_with_the_file(tmp_path, capsys):
+    # every problem went to the scenario file, the --hw file's own (width -3) included;
+    # and an unrelated --set hw.X stopped a missing preset being blamed on the file
+    chip = tmp_path / "chip.yaml"
+    chip.write_text("preset: npu/large_core_64\nnoc: {width: -3}\n")
+    code, _, err = run_cli(["run", QUICKSTART, "--hw", chip, "--set", "run.seed=-1",
+                            "--out", tmp_path / "out"], capsys)
+    assert code == 2 and f"(got -3) (in {chip})" in err
+    assert "(from the override run.seed=-1)" in err
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("preset: npu/large_core_64\nhbm: {preset: memory/hbm4}\n")
+    code, _, err = run_cli(["run", QUICKSTART, "--hw", missing, "--set", "hw.noc.width=4",
+                            "--out", tmp_path / "out"], capsys)
+    assert code == 2 and err.startswith(f"error: {missing}: ")
 
 
 def test_a_missing_preset_in_a_hw_file_is_blamed_on_that_file(tmp_path, capsys):

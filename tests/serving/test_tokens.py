@@ -76,3 +76,10 @@ def test_a_result_without_a_requests_table_says_so_in_npusims_own_error():
         result.requests
     assert isinstance(info.value, KeyError)  # still a mapping lookup's error
     assert str(info.value).startswith("no table")  # printed as written, not quoted
+    assert "come with serving runs" in str(info.value)
+    serving = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml",
+                              overrides=["workload.trace.limit=2"])
+    with pytest.raises(NpusimError) as info:
+        serving.table("request")  # a typo on a run that has the tables: no serving hint
+    assert "this result has: requests, iterations" in str(info.value)
+    assert "serving runs" not in str(info.value)

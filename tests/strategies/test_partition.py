@@ -260,15 +260,20 @@ def test_the_partial_sum_add_reads_both_partial_sums():
     assert (op.inputs, op.elements, op.input_bytes, op.output_bytes) == (2, 8192, 32768, 16384)
 
 
-@pytest.mark.parametrize("cols, tile_bytes, expected", [
-    (128, 4 << 20, 768), (64, 4 << 20, 768), (32, 1 << 20, 128),  # the presets: as before
-    (96, 1 << 20, 192), (112, 4 << 20, 784), (112, 1 << 20, 112),  # whole folds
+@pytest.mark.parametrize("cols, tile_bytes, k, expected", [
+    (128, 4 << 20, 2560, 768), (64, 4 << 20, 2560, 768), (32, 1 << 20, 2560, 128),
+    (64, 4 << 20, 17408, 120), (32, 4 << 20, 17408, 120),  # presets, narrow tiles: as before
+    (96, 1 << 20, 2560, 192), (112, 4 << 20, 2560, 784), (112, 1 << 20, 2560, 112),
 ])
-def test_weight_tiles_hold_whole_folds_of_the_array(cols, tile_bytes, expected):
+def test_weight_tiles_hold_whole_folds_of_the_array(cols, tile_bytes, k, expected):
     # tiles were aligned to 128 columns whatever the array: a 96- or 112-wide array
-    # paid a partial fold in every tile
-    from npusim.strategies.npu.partition import GemmSpec
+    # paid a partial fold in every tile (the presets' widths divide 128: unchanged)
+    from npusim.strategies.npu.partition import GemmSpec, tile_extent
 
-    gemm = GemmSpec("g", 1, 2560, 9728, weight_tile_bytes=tile_bytes, array_cols=cols)
-    per_tile = gemm.columns_per_tile(2560 * 2)
-    assert per_tile == expected and per_tile % cols == 0
+    gemm = GemmSpec("g", 1, k, 9728, weight_tile_bytes=tile_bytes, array_cols=cols)
+    per_tile = gemm.columns_per_tile(k * 2)
+    assert per_tile == expected
+    if 128 % cols == 0:
+        assert per_tile == tile_extent(tile_bytes, k * 2)  # the old rule
+    else:
+        assert per_tile % cols == 0

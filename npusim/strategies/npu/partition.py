@@ -86,6 +86,9 @@ class GemmSpec:
             if getattr(self, label) < 1:
                 raise MappingError(f"GEMM {self.name!r}: {label}={getattr(self, label)} "
                                    "must be >= 1")
+        if self.array_cols < 0:
+            raise MappingError(f"GEMM {self.name!r}: array_cols={self.array_cols} must be >= 0 "
+                               "(0: unknown)")
         if self.weights_in not in ("sram", "hbm"):
             raise MappingError(f"GEMM {self.name!r}: weights_in={self.weights_in!r}; "
                                "expected 'sram' or 'hbm'")
@@ -182,9 +185,11 @@ def tile_extent(tile_bytes: int, bytes_per_unit: int, align: int = TILE_ALIGN,
     a multiple of ``align`` when one fits, else of ``array_cols`` when one of those fits:
     a 96- or 112-wide array got partial folds in every tile from a 128 alignment)."""
     extent = max(1, tile_bytes // max(1, bytes_per_unit))
-    for step in (align, array_cols):
-        if step and extent >= step:
-            return extent // step * step
+    if extent >= align:
+        return extent // align * align
+    if array_cols and align != TILE_ALIGN and extent >= array_cols:
+        # (a width dividing 128 keeps narrow tiles as they are, as before)
+        return extent // array_cols * array_cols
     return extent
 
 

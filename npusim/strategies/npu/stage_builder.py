@@ -411,6 +411,7 @@ class StageBuilder:
         # tiles, as a stage's GEMMs do, so their loads overlap the head's compute.
         ports, buffers = Ports(graph, self.config.stream_chunk_bytes), TileBuffers()
         streamed = not plan.lm_head_in_sram and self.has_hbm
+        array_cols = self.array_cols(cores)
         for core in cores.cores:
             norm, head = ops[0], ops[-1]
             task = graph.compute(f"core{core}.vec",
@@ -422,5 +423,5 @@ class StageBuilder:
             stream_gemm(graph, ports, buffers, core, "lm_head",
                         Op("gemm", m=rows, k=hidden, n=columns, dtype_bytes=dtype,
                            name="lm_head"), streamed, [task], self.config.weight_tile_bytes,
-                        self.array_cols(cores))
+                        array_cols)
         return graph
