@@ -353,16 +353,20 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
 
 
 def _blame_hw_file(exc: ConfigError, hw_file: str | Path | None) -> ConfigError:
-    """``exc`` with ``--hw``: problems in the hardware that file supplied (``hw.*``, not
-    set by an override) are its own, with its own field paths; blamed on that file when
-    every problem is, else marked ``(in FILE)`` beside the scenario's."""
-    def from_file(path: str, message: str) -> bool:
-        return ((path == "hw" or path.startswith("hw.")) and OVERRIDE_MARK not in message
-                and "(overrides inside it:" not in message)
+    """``exc`` with ``--hw``: when every problem is in the hardware (``hw.*``), it is that
+    file's, with its own field paths (an override of one of its fields keeps its note);
+    beside problems elsewhere, the file's own ones (not set by an override) are marked
+    ``(in FILE)``."""
+    def in_hw(path: str) -> bool:
+        return path == "hw" or path.startswith("hw.")
 
-    if hw_file is None or not any(from_file(p, m) for p, m in exc.problems):
+    def from_file(path: str, message: str) -> bool:
+        return in_hw(path) and OVERRIDE_MARK not in message \
+            and "(overrides inside it:" not in message
+
+    if hw_file is None or not any(in_hw(p) for p, _ in exc.problems):
         return exc
-    if all(from_file(p, m) for p, m in exc.problems):
+    if all(in_hw(p) for p, _ in exc.problems):
         return ConfigError(str(hw_file), [(p[3:], m) for p, m in exc.problems])
     return ConfigError(exc.source, [(p, f"{m} (in {hw_file})" if from_file(p, m) else m)
                                     for p, m in exc.problems])
