@@ -15,8 +15,8 @@ from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, mode_
                                set_option, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
-from npusim.core.text import counted
 from npusim.core.output_paths import option_path
+from npusim.core.text import counted
 
 PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches", "capacity")
 

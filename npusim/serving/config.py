@@ -18,8 +18,8 @@ from typing import Any, Literal, NamedTuple
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from npusim.core.registry import NumbersNotBooleans, PartConfig, register
-from npusim.core.units import Bytes
 from npusim.core.text import counted
+from npusim.core.units import Bytes
 from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
 from npusim.workload.llm import (LayerCounts, ModelMappingChecks, _named_part,

@@ -319,8 +319,9 @@ def _check_trace_file(scenario: Any, read: dict[str, Any], source: str) -> None:
         path, _, rest = message.partition(": ")
         raise ConfigError(source, [(path, rest) if path == "workload.trace.file"
                                    else ("workload.trace.file", message)])
-    try:
-        found.rescale_rate(trace.rate_scale)
+    try:  # only the last arrival can overflow: rescale it alone (a point per axis value)
+        last = type(found)(found.requests[-1:], found.source, found.hash_block_tokens)
+        last.rescale_rate(trace.rate_scale)
     except TraceError as exc:
         raise ConfigError(source, [("workload.trace.rate_scale", str(exc))]) from None
 
