@@ -89,12 +89,21 @@ def check_option_conflicts(set_: list[str], options: dict[str, tuple[Any, tuple[
     given) and the paths it sets (``workload.trace.file``); a --set of such a path, or of
     a section holding one (``workload.trace``), would silently lose to, or beat, the
     option.  Other fields of the section (``workload.trace.limit``) are fine."""
+    from npusim.config.overrides import format_path, parse_override
+
+    def set_path(item: str) -> str | None:
+        try:  # the path as the loader reads it (a malformed one is reported there)
+            return format_path(parse_override(item)[0])
+        except NpusimError:
+            return None
+
     for option, (value, paths) in options.items():
         if value is None:
             continue
         for item in set_:
-            path = item.split("=", 1)[0].strip()
-            if any(path == target or target.startswith(path + ".") for target in paths):
+            path = set_path(item)
+            if path is not None and any(path == target or target.startswith(path + ".")
+                                        for target in paths):
                 raise NpusimError(f"{option} and --set {item} both set {paths[0]}; give one "
                                   f"of them")
 

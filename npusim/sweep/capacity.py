@@ -292,7 +292,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
     else:
         seed_path, first_seed = "run.seed", scenario.run.seed
     probes: list[CapacityProbe] = []
-    never_kinds: dict[str, int] = {}  # never-servable rejections of the last probe, by kind
+    never_kinds: dict[str, int] = {}  # the last probe's never-servable rejections, by kind
 
     def probe(scale: float) -> CapacityProbe:
         try:
@@ -308,6 +308,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
             raise with_source(exc, source) from None
         never = {kind: count for kind, count in metrics.get("requests_rejected_by_kind", {}).items()
                  if kind in NEVER_SERVABLE_KINDS}
+        never_kinds.clear()  # the same at every rate: the last probe's stand for all
         never_kinds.update(never)
         if metrics["requests_total"] < 2 or not metrics["offered_requests_per_s"]:
             what = ("the trace has one request" if metrics["requests_total"] < 2 else

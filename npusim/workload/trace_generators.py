@@ -23,7 +23,6 @@ sampled.  Without these checks numpy silently wraps the int64 sums into negative
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Annotated, Any, Literal, Mapping, Union
 
 import numpy as np
@@ -34,7 +33,7 @@ from npusim.core.errors import TraceError
 from npusim.core.registry import NumbersNotBooleans
 from npusim.core.units import PS_PER_S
 from npusim.workload.traces import (MAX_ARRIVAL_PS, MAX_REQUEST_TOKENS, Request, RequestTrace,
-                                     read_trace)
+                                     plain_int, read_trace)
 
 __all__ = [
     "PoissonArrival", "GammaArrival", "FixedArrival", "ArrivalSpec",
@@ -272,8 +271,9 @@ def _as_spec(value: Any, adapter: TypeAdapter, what: str):
     """Accept a spec object, a mapping (``{"kind": ...}``) or, for lengths, an int."""
     if isinstance(value, BaseModel):
         return value
-    if adapter is _LENGTH and isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = {"kind": "fixed", "tokens": int(value)}  # (a NumPy integer too)
+    value = plain_int(value)  # (a NumPy integer too)
+    if adapter is _LENGTH and isinstance(value, int) and not isinstance(value, bool):
+        value = {"kind": "fixed", "tokens": value}
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
@@ -401,8 +401,7 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     ``shared_prefix`` leaves arrivals and lengths as they were.
     ``where`` prefixes the field names in error messages (``"workload.trace."``).
     """
-    if isinstance(num_requests, numbers.Integral) and not isinstance(num_requests, bool):
-        num_requests = int(num_requests)  # (a NumPy integer too)
+    num_requests = plain_int(num_requests)  # (a NumPy integer too)
     if isinstance(num_requests, bool) or not isinstance(num_requests, int) \
             or not 1 <= num_requests <= MAX_REQUESTS:  # 10^9 requests exhausts memory
         raise TraceError(f"{where}num_requests: got {num_requests!r}; expected an integer "

@@ -27,7 +27,7 @@ from npusim.core.errors import TraceError
 from npusim.core.output_paths import atomic_output, check_output_file
 from npusim.core.units import PS_PER_S
 
-__all__ = ["Request", "RequestTrace", "read_trace", "resolve_trace_path", "FORMATS",
+__all__ = ["Request", "RequestTrace", "read_trace", "resolve_trace_path", "plain_int", "FORMATS",
            "MAX_ARRIVAL_PS", "MAX_REQUEST_TOKENS"]
 
 #: Formats :func:`read_trace` understands (``auto`` picks one from the file).
@@ -287,6 +287,14 @@ class RequestTrace:
         return path
 
 
+def plain_int(value: Any) -> Any:
+    """``value`` as a Python int when it is an integer of another type (a NumPy integer,
+    a DataFrame cell), else unchanged for the caller's check to name; a bool stays a
+    bool (NumPy's bool is no Integral either), so it is refused, not read as 0 or 1."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+        else value
+
+
 def _plain_ints(request: Any) -> Any:
     """``request`` with NumPy integers (a DataFrame column's cells) as Python ints, so a
     trace built from pandas is checked, compared and hashed like any other; anything
@@ -299,13 +307,9 @@ def _plain_ints(request: Any) -> Any:
     if all(type(getattr(request, name)) is int for name in fields) and \
             (not listed or all(type(h) is int for h in hashes)):
         return request
-
-    def plain(value: Any) -> Any:  # (NumPy's bool is no Integral: the check refuses it)
-        return int(value) if isinstance(value, numbers.Integral) and not isinstance(
-            value, bool) else value
-
-    return dataclasses.replace(request, **{name: plain(getattr(request, name)) for name in fields},
-                               block_hashes=tuple(plain(h) for h in hashes) if listed else hashes)
+    return dataclasses.replace(request, **{name: plain_int(getattr(request, name))
+                                           for name in fields},
+                               block_hashes=tuple(map(plain_int, hashes)) if listed else hashes)
 
 
 def _check_invariants(requests: tuple[Request, ...], source: str,
