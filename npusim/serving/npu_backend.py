@@ -395,17 +395,26 @@ def _runs(counts) -> str:
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,
              max_request_tokens: int, key_ids: dict) -> Replica:
-    iteration_tokens = config.scheduler.iteration_tokens
-    if getattr(config.scheduler, "chunk_kv", "keep") == "recompute":
+    scheduler = config.scheduler
+    iteration_tokens = scheduler.iteration_tokens
+    setting = ("workload.scheduler.max_batch_tokens (token_budget with chunked_prefill "
+               "unless prefill_chunk_units is set, plus a request's tokens with chunk_kv: "
+               "recompute)")
+    if role == "decode":
+        # A decode pool never prefills (a recompute victim prefills again on the prefill
+        # pool; a swapped one brings its KV back): one token per running request, so its
+        # activation buffers need hold only that many, not the prefill pool's chunks.
+        iteration_tokens = min(iteration_tokens, scheduler.decode_slots)
+        setting = ("workload.scheduler.max_batch_size (a decode pool's iteration: one "
+                   "token per request, at most max_batch_tokens)")
+    elif getattr(scheduler, "chunk_kv", "keep") == "recompute":
         # A chunk runs its prompt prefix again, beyond the budget's new tokens: up to a
         # whole request's tokens more activations in one iteration.
         iteration_tokens += max_request_tokens
     shim = SimpleNamespace(
         dtype_bytes=config.dtype_bytes, kv_dtype_bytes=config.kv_dtype_bytes, tp=tp,
         prefill_chunk=iteration_tokens, prompt_len=iteration_tokens,
-        iteration_tokens_setting="workload.scheduler.max_batch_tokens (token_budget with "
-                                 "chunked_prefill unless prefill_chunk_units is set, plus a "
-                                 "request's tokens with chunk_kv: recompute)",
+        iteration_tokens_setting=setting,
         tp_setting="workload.pd." + ("tp" if role == "fused" or not getattr(config.pd, f"{role}_tp", None)
                                      else f"{role}_tp"),
         # Plan for the smallest useful KV (one token); requests that can never fit are

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.component
 FUSION = "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml"
 DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
 # Qwen3-1.7B with 8-byte KV in 256 MiB of HBM per core and no SRAM for KV: the P42/D21
-# decode replica holds 1,392 KV tokens, the prefill replica 7,018.
+# decode replica holds 1,567 KV tokens, the prefill replica 7,018.
 TIGHT = ["workload.model=qwen3_1_7b", "workload.kv_sram_fraction=0", "hw.hbm.rows=4096",
          "workload.kv_dtype_bytes=8"]
 # 16 requests of 100 + 1000 tokens within ~2.5 s.
@@ -60,13 +60,13 @@ def test_max_length_reservation_holds_one_such_request_at_a_time():
 
 
 def test_a_request_the_decode_pool_cannot_hold_is_rejected_on_arrival(tmp_path):
-    # 2,000 tokens fit the prefill replica (7,018) but never the decode replica (1,392):
+    # 2,000 tokens fit the prefill replica (7,018) but never the decode replica (1,567):
     # it must not sit at the head of the decode queue blocking the requests behind it.
     trace = write_trace(tmp_path / "t.csv", [("big", 0, 1000, 1000), ("small1", 10**9, 100, 100),
                                              ("small2", 2 * 10**9, 100, 100)])
     table = simulate(DISAGG, overrides=[*TIGHT, trace]).requests.set_index("request_id")
     assert table.loc["big", "status"] == "rejected"
-    assert "a decode replica holds at most 1392" in table.loc["big", "reason"]
+    assert "a decode replica holds at most 1567" in table.loc["big", "reason"]
     assert (table.loc[["small1", "small2"], "status"] == "finished").all()
 
 

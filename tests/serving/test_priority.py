@@ -61,11 +61,11 @@ def test_priority_order_preempts_the_low_class_first(tmp_path):
 
 
 def test_a_decode_pool_takes_over_the_urgent_request_first(tmp_path):
-    # three long low-priority requests fill the P42/D21 decode KV under TIGHT; an urgent
-    # one arriving later is handed over as soon as one of them finishes, ahead of two
+    # long low-priority requests (each 1,500 of the decode replica's 1,567 KV tokens)
+    # fill the P42/D21 decode KV under TIGHT; an urgent one arriving later is handed over as soon as one of them finishes, ahead of two
     # low-priority requests that arrived before it (found by a review: the decode pool
     # took handed-over requests in arrival order)
-    rows = [("L0a", 0, 200, 1000, 1), ("L0b", 1, 200, 1000, 1), ("L0c", 2, 200, 1000, 1),
+    rows = [("L0a", 0, 200, 1300, 1), ("L0b", 1, 200, 1300, 1), ("L0c", 2, 200, 1300, 1),
             ("L1", 10**9, 200, 50, 1), ("L2", 2 * 10**9, 200, 50, 1), ("H", 10**11, 200, 50, 0)]
     second = {}
     for order in ("fcfs", "priority"):
@@ -117,8 +117,8 @@ def test_priority_preemption_needs_priority_order(tmp_path):
 def test_an_urgent_hand_over_preempts_a_lower_class_on_the_decode_pool(tmp_path, preemption):
     # The decode pool of test_a_decode_pool_takes_over_the_urgent_request_first: full of
     # low-priority requests (max-length reservation) when the urgent one is handed over.
-    # Without preemption it waits ~11 s for L0a to finish; with it, L0a gives way at once.
-    rows = [("L0a", 0, 200, 1000, 1), ("L0b", 1, 200, 1000, 1), ("L0c", 2, 200, 1000, 1),
+    # Without preemption it waits ~14 s for L0a to finish; with it, L0a gives way at once.
+    rows = [("L0a", 0, 200, 1300, 1), ("L0b", 1, 200, 1300, 1), ("L0c", 2, 200, 1300, 1),
             ("L1", 10**9, 200, 50, 1), ("L2", 2 * 10**9, 200, 50, 1), ("H", 10**11, 200, 50, 0)]
     common = [*TIGHT, write_trace(tmp_path / "t.csv", rows), "workload.scheduler.order=priority",
               f"workload.preemption={preemption}"] + ([HOST] if preemption == "swap" else [])
