@@ -43,8 +43,8 @@ def blend_runs(parts: list[tuple[int, SegmentRun]], denominator: int, events: in
     makespan = _mean([(weight, run.makespan_ps) for weight, run in parts], denominator)
     extra: dict = {}
     if all("prefetched_ps" in run.extra for _, run in parts):  # parts of a chain
-        for name in ("prefetch_ps", "prefetched_ps"):
-            extra[name] = _mean([(weight, run.extra[name]) for weight, run in parts],
+        for name in ("prefetch_ps", "prefetched_ps", "last_load_ps"):
+            extra[name] = _mean([(weight, run.extra.get(name, 0)) for weight, run in parts],
                                 denominator)
     # A part may itself be composite (a chain): the session hands counts down level by
     # level.
@@ -64,7 +64,11 @@ def chain_runs(parts: list[SegmentRun], events: int = 0, transactions: int = 0) 
     its computation a part takes ``max(prefetched_ps, makespan_ps - h)``: its time falls
     one for one with the head start down to its time with those loads done
     (``extra["prefetched_ps"]``), as measured on the stage graphs (docs/serving.md).  A
-    part without these keys gets no head start.  Counters are the parts'
+    part's other loads wait for its computation (a tile buffer to free up); the loads
+    of the parts after it queue behind them on the core's one DMA queue, as in the stage
+    graph, from when the last of them ends (``extra["last_load_ps"]``, in its run with
+    the prefetchable loads done, placed to end with the part).  A part without these
+    keys gets no head start.  Counters are the parts'
     (``extra["blend"]`` with weight 1); ``extra["chain"]`` lists ``(offset, run, head
     start)`` of every part: where its own schedule starts and the head start its loads
     have (a traced part is timed again with that head start for its task rows)."""
@@ -83,6 +87,11 @@ def chain_runs(parts: list[SegmentRun], events: int = 0, transactions: int = 0) 
         else:
             offsets.append((end, run, 0))
             end += makespan
+        last_load = run.extra.get("last_load_ps", 0)
+        if last_load:
+            # Its other loads wait for its computation (a tile buffer freed) and hold the
+            # core's one DMA queue until then: the next part's loads queue behind them.
+            loads_done = max(loads_done, end - run.extra["prefetched_ps"] + last_load)
     counted = tuple((1, 1, run) for run in parts)
     return SegmentRun(None, [], [end], {},  # type: ignore[arg-type]
                       events=events, transactions=transactions,

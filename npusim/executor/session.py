@@ -99,13 +99,16 @@ class Session:
 
     def _measure_prefetch(self, graph: TaskGraph, run: SegmentRun) -> None:
         """Put the prefetch profile of ``graph`` (timed as ``run``) in ``run.extra``: when
-        its prefetchable loads end (``prefetch_ps``) and its makespan with them already
-        done (``prefetched_ps``, a second run of the graph without them), for
+        its prefetchable loads end (``prefetch_ps``), its makespan with them already
+        done (``prefetched_ps``, a second run of the graph without them) and when its
+        other off-chip loads end in that run (``last_load_ps``, 0 without any), for
         :func:`~npusim.executor.blend.chain_runs`.  A load is prefetchable if it reads
-        an off-chip memory and waits only for other prefetchable loads."""
+        an off-chip memory and waits only for other prefetchable loads; the others wait
+        for computation (a tile buffer to free up), so they pace the part's DMA queue."""
         flags = self._prefetchable(graph)
         if not any(flags):
-            run.extra.update(prefetch_ps=0, prefetched_ps=run.makespan_ps)
+            run.extra.update(prefetch_ps=0, prefetched_ps=run.makespan_ps,
+                             last_load_ps=self._last_load_end(graph, run, flags))
             return
         loaded = TaskGraph(name=graph.name)
         loaded.tasks = [HostTask(0, "none", task.deps, task.name, task.id) if flag else task
@@ -113,7 +116,16 @@ class Session:
         warm = self._execute(loaded)
         run.events += warm.events  # the simulator's work, not the hardware's
         run.extra.update(prefetch_ps=max(end for flag, end in zip(flags, run.ends) if flag),
-                         prefetched_ps=warm.makespan_ps)
+                         prefetched_ps=warm.makespan_ps,
+                         last_load_ps=self._last_load_end(loaded, warm, flags))
+
+    def _last_load_end(self, graph: TaskGraph, run: SegmentRun, prefetchable: list[bool]) -> int:
+        """When the last off-chip load of ``graph`` that is not prefetchable ends in
+        ``run`` (0 if it has none)."""
+        off_chip = self._off_chip
+        return max((end for task, flag, end in zip(graph.tasks, prefetchable, run.ends)
+                    if not flag and type(task) is TransferTask and off_chip(task.src)),
+                   default=0)
 
     def _prefetchable(self, graph: TaskGraph) -> list[bool]:
         """Per task of ``graph``: whether it is a prefetchable load."""

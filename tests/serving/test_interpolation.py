@@ -83,6 +83,26 @@ def test_a_chain_starts_each_parts_loads_once_the_loads_before_it_are_done():
         chain_runs([])
 
 
+@pytest.mark.unit
+def test_a_parts_paced_loads_hold_the_dma_queue_for_the_parts_after_it():
+    # A dense part streaming its weights to its end (tile loads wait for computation),
+    # then an attention part whose 300 ps of KV loads are prefetchable.
+    dense = SegmentRun(None, [], [1000], {},
+                       extra={"prefetch_ps": 100, "prefetched_ps": 950, "last_load_ps": 900})
+    attention = SegmentRun(None, [], [500], {}, extra={"prefetch_ps": 300, "prefetched_ps": 200})
+    # The KV loads queue behind the dense part's last load (ending 1000 - 950 + 900 =
+    # 950): a head start of 50 ps, not of 900 as if the queue were free after the
+    # dense part's first 100 ps.
+    run = chain_runs([dense, attention])
+    assert run.makespan_ps == max(1000 + 200, 950 + 500) == 1450
+    assert [(offset, head) for offset, _, head in run.extra["chain"]] == [(0, 0), (950, 50)]
+    unpaced = SegmentRun(None, [], [1000], {}, extra={"prefetch_ps": 100, "prefetched_ps": 950})
+    assert chain_runs([unpaced, attention]).makespan_ps == 1200
+    # Blended parts blend it too.
+    blended = blend_runs([(1, dense), (1, unpaced)], 2)
+    assert blended.extra["last_load_ps"] == 450
+
+
 def _replica_and_session():
     scenario = _as_scenario(FUSION, ["run.trace=false"])
     device = build_device(scenario.hw)
@@ -196,6 +216,28 @@ def test_a_chain_of_parts_is_within_two_percent_of_its_stage(chunks):
     # the one before it (the stage runs one's QK^T beside another's softmax).
     assert max(map(abs, errors)) < 0.02 and abs(sum(errors) / len(errors)) < 0.01
     assert min(errors) > -0.005
+
+
+@pytest.mark.component
+def test_spilled_kv_queues_on_the_dma_and_parts_chain_to_the_stage():
+    # 24 MiB per core: weights stream and long contexts spill KV to HBM.  Spilled KV
+    # loads used to be issued at the stage's start, every layer's at once, slowing
+    # its first weight tiles; a chain (each part's KV after the loads before it) was
+    # then 2-17% faster than its stage.  On the DMA queue they follow program order.
+    scenario = _as_scenario(FUSION, ["run.trace=false", "hw.core.sram.capacity_bytes=24MiB"])
+    device = build_device(scenario.hw)
+    replica = registry.lookup("workload", "serving").impl(device, config=scenario.workload).replicas[0]
+    session = Session(device, "analytic", 0, True, False)
+    chunks = tuple(SequenceChunk(1, 3000 + 97 * i, True) for i in range(24))
+    _, _, stage = replica._stage_segments(chunks, "stage")[1]
+    graph = stage.build()
+    kv_loads = [task for task in graph.tasks if ".kv_load@" in task.name]
+    core = kv_loads[0].name.rsplit("@", 1)[1]
+    on_core = [task for task in kv_loads if task.name.endswith("@" + core)]
+    assert len(on_core) > 2 and all(task.deps for task in on_core)  # each behind another load
+    _, _, chain = replica._stage_segments(chunks, "part")[1]
+    stage_ps, chain_ps = session.time(stage)[0].makespan_ps, session.time(chain)[0].makespan_ps
+    assert abs(chain_ps / stage_ps - 1) < 0.01
 
 
 @pytest.mark.component

@@ -352,6 +352,7 @@ class StageBuilder:
         spilled = (self._spill[op.seq][0] if op.seq in self._spill
                    else plan.kv_read_hbm_fraction(chunk.context_len))
         kv_total = self.model.num_key_value_heads
+        ports = Ports(graph, self.config.stream_chunk_bytes)
         out: Ready = {}
         for core, (q_heads, kv_heads) in zip(group.cores, self._heads(group)):
             if not q_heads:  # more cores than heads: this core has no attention to do
@@ -360,9 +361,11 @@ class StageBuilder:
             waits = list(deps[core])
             hbm_bytes = kv_bytes_on_core(int(op.kv_read_bytes * spilled), kv_heads, kv_total)
             if hbm_bytes and self.has_hbm:
-                waits.append(graph.transfer(f"core{core}.hbm", f"core{core}.sram", hbm_bytes,
-                                            (), f"{tag}.kv_load@core{core}",
-                                            chunk_bytes=self.config.stream_chunk_bytes))
+                # Through the core's one DMA queue, in program order behind the weight
+                # tiles before it: issued at the graph's start, every layer's spilled KV
+                # would stream at once, ahead of (and slowing) the first layers' weights
+                # and held in SRAM that is not there.
+                waits.append(ports.load(core, hbm_bytes, (), f"{tag}.kv_load@core{core}"))
             share = Op("gemm", m=op.op.m * -(-q_heads // kv_heads), k=op.op.k, n=op.op.n,
                        batch=kv_heads, dtype_bytes=op.op.dtype_bytes, name=op.name)
             out[core] = [graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")]
