@@ -360,6 +360,22 @@ def test_a_pool_whose_memory_plan_fails_is_named_with_its_layers():
         simulate(FUSION, overrides=["workload.trace.limit=2", "hw.hbm.rows=4096"])
 
 
+def test_a_decode_pool_sizes_its_buffers_for_one_token_per_request():
+    # It never prefills (recompute victims prefill again on the prefill pool), so its
+    # activation buffers hold max_batch_size tokens, not the prefill pool's 2048.
+    def buffers(*overrides):
+        replicas = simulate(DISAGG, overrides=["workload.trace.limit=2", *overrides]
+                            ).metrics["replicas"]
+        return {r["role"]: r["memory_by_stage"][0]["sram_buffer_bytes"] for r in replicas}
+    default = buffers()  # max_batch_size 64
+    assert default["decode"] < 0.5 * default["prefill"]
+    more_tokens = buffers("workload.scheduler.max_batch_tokens=4096")
+    assert more_tokens["decode"] == default["decode"] and more_tokens["prefill"] > default["prefill"]
+    fewer_requests = buffers("workload.scheduler.max_batch_size=16")
+    assert fewer_requests["decode"] < default["decode"]
+    assert fewer_requests["prefill"] == default["prefill"]
+
+
 def test_a_tp_the_placement_cannot_tile_names_the_setting():
     from npusim.core.errors import MappingError
 

@@ -59,7 +59,8 @@ class SchedulerConfigBase(PartConfig):
     max_batch_tokens: int = Field(
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
-                                "manager reserves.")
+                                "manager reserves (a PD-disaggregation decode pool's: "
+                                "at most max_batch_size tokens, one per request).")
     order: Literal["fcfs", "priority"] = Field(
         "fcfs", description="Service order. 'fcfs': by arrival. 'priority': by the trace's "
                             "priority column, lower values first (as vLLM's priority "
