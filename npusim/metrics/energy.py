@@ -342,8 +342,11 @@ def _charge_operands(unit: str, stats: Mapping[str, int], sram: str | None, devi
         "counted": dict(OPERAND_COUNTING), "bytes_read": 0, "bytes_written": 0,
         "systolic_dataflows": [], "units_without_scratchpad": []})
     part = device.parts[unit]
-    if isinstance(part, SystolicArray) and part.config.dataflow not in entry["systolic_dataflows"]:
-        entry["systolic_dataflows"] = sorted(entry["systolic_dataflows"] + [part.config.dataflow])
+    if isinstance(part, SystolicArray):
+        # With operand_swap each GEMM may run in the swapped dataflow (ws <-> is).
+        dataflows = {part.config.dataflow} | ({"ws", "is"} if part.config.operand_swap
+                                               and part.config.dataflow != "os" else set())
+        entry["systolic_dataflows"] = sorted(set(entry["systolic_dataflows"]) | dataflows)
     if sram is None:
         # No scratchpad beside it (not on the NPU): nothing to charge it at; say so.
         entry["units_without_scratchpad"].append(unit)

@@ -49,6 +49,29 @@ def test_per_fold_formulas():
     assert is_.gemm_cycles(m=50, k=100, n=40) == 16 * (2 * 32 + 16 + 40 - 2)
 
 
+@pytest.mark.parametrize("configured", ["ws", "is"])
+def test_operand_swap_takes_the_faster_of_ws_and_is_per_gemm(configured):
+    fixed, swapping = array(dataflow=configured), array(dataflow=configured, operand_swap=True)
+    # A decode GEMM of 32 token rows: weight-stationary needs 20 x 20 folds of T = 32,
+    # input-stationary 20 folds of T = 2560 (the weights stream through).
+    decode = swapping.breakdown(32, 2560, 2560)
+    assert decode.dataflow == "is" and decode.folds == 20
+    assert decode.total_cycles == array(dataflow="is").gemm_cycles(32, 2560, 2560) == 20 * (
+        2 * 128 + 128 + 2560 - 2)
+    assert decode.total_cycles < 0.4 * array(dataflow="ws").gemm_cycles(32, 2560, 2560)
+    # The swapped form never loses, and a tie keeps the configured dataflow.
+    for shape in [(1024, 1024, 1024), (4, 128, 1500), (2048, 2560, 9728), (1, 64, 64)]:
+        assert swapping.gemm_cycles(*shape) == min(array(dataflow="ws").gemm_cycles(*shape),
+                                                   array(dataflow="is").gemm_cycles(*shape))
+    assert swapping.breakdown(1024, 1024, 1024).dataflow == configured
+    # Operand traffic follows the dataflow chosen: the stationary activations are read once.
+    traffic = swapping.operand_traffic(32, 2560, 2560)
+    assert traffic == array(dataflow="is").operand_traffic(32, 2560, 2560)
+    assert traffic.ifmap_read_bytes == 32 * 2560 * 2
+    if configured == "ws":
+        assert fixed.breakdown(32, 2560, 2560).dataflow == "ws"
+
+
 def test_padding_of_last_tile_counts():
     sa = array(rows=128, cols=128, dataflow="ws")
     exact, padded = sa.breakdown(128, 128, 128), sa.breakdown(129, 129, 129)
@@ -125,6 +148,7 @@ def test_registered_kinds():
     ({"freq_hz": "0Hz"}, "positive frequency"),
     ({"inject_cycles": -1}, "inject_cycles"),
     ({"row": 4}, "row"),
+    ({"dataflow": "os", "operand_swap": True}, "dataflow 'os' keeps neither stationary"),
 ])
 def test_systolic_invalid_config(fields, needle):
     with pytest.raises(ValidationError, match=needle):

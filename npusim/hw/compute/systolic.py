@@ -32,6 +32,14 @@ the systolic time of one tile and ``T_inject`` a one-off injection latency.  We 
   For ``M = K = N = 1024`` on ``128 x 128`` this gives 64 folds x 1406 = 89,984 cycles
   (``ws``) and 64 x 1278 = 81,792 (``os``), the SCALE-Sim v2 numbers.
 
+**Operand swap** (``operand_swap: true``, ``ws``/``is`` only): ``C^T = W^T @ A^T`` runs
+the same GEMM with the roles of ``A`` and ``W`` exchanged, so on the same PEs ``ws``
+becomes ``is`` and back; a compiler that may lay the operands out either way takes, per
+GEMM, whichever needs fewer cycles (the configured one on a tie).  Decode GEMMs with a
+few token rows (``M`` small) then keep the activations stationary and stream the
+weights through: ``ceil(K / R)`` folds of ``T = N`` instead of ``ceil(K / R) * ceil(N /
+C)`` folds of ``T = M``.  The breakdown and operand traffic report the dataflow chosen.
+
 **Double buffering** (``double_buffer: true``, ``ws``/``is`` only): the PEs hold a
 second stationary register, so the pre-load of fold ``i+1`` (``R`` cycles) runs while
 fold ``i`` streams (``S = R + C + T - 2`` cycles).  Only the first load is exposed, plus
@@ -77,7 +85,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from npusim.core.errors import MappingError
 from npusim.core.registry import PartConfig, register
@@ -87,6 +95,10 @@ from npusim.hw.base import ComputeUnit
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+#: The dataflow a swap of a GEMM's operands turns each stationary dataflow into.
+_SWAPPED = {"ws": "is", "is": "ws"}
 
 
 def _spatial(dataflow: str, m: int, k: int, n: int) -> tuple[int, int, int]:
@@ -127,6 +139,13 @@ class SystolicConfig(PartConfig):
                            "next tile loads while this one streams), else T + R. Off by "
                            "default: SCALE-Sim v2 does not overlap folds. Matters most for "
                            "decode GEMVs (T = 1), where the skew dominates.")
+    operand_swap: bool = Field(
+        False, description="The compiler may swap a GEMM's operands per op (compute "
+                           "C^T = W^T @ A^T), so ws and is trade places on the same PEs: "
+                           "each GEMM takes whichever of the two needs fewer cycles "
+                           "(decode GEMMs with few token rows keep the activations "
+                           "stationary and stream the weights). Only for ws/is; off by "
+                           "default: the presets keep one dataflow, as SCALE-Sim does.")
     inject_cycles: int = Field(
         0, ge=0, description="NpuSim T_inject: one-off latency per op to inject the first "
                              "operands (e.g. from SRAM into the array edge). Default 0 so that "
@@ -135,6 +154,15 @@ class SystolicConfig(PartConfig):
         2, ge=1, le=8, description="Native operand width in bytes (2 = FP16/BF16; "
                                    "assumption: FP16 arrays, the paper does not state the "
                                    "precision). Wider operands take multiple passes.")
+
+
+    @model_validator(mode="after")
+    def _swap_needs_a_stationary_operand(self) -> "SystolicConfig":
+        if self.operand_swap and self.dataflow == "os":
+            raise ValueError("operand_swap: true exchanges the stationary and the streamed "
+                             "operand; dataflow 'os' keeps neither stationary (expected "
+                             "dataflow 'ws' or 'is', or operand_swap: false)")
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,18 +227,27 @@ class SystolicArray(ComputeUnit):
         for label, value in (("m", m), ("k", k), ("n", n), ("batch", batch)):
             if value < 0:
                 raise MappingError(f"{self.name}: GEMM {label}={value} must be >= 0")
+        first = self._breakdown(self.config.dataflow, m, k, n, batch, dtype_bytes)
+        swapped = _SWAPPED.get(self.config.dataflow) if self.config.operand_swap else None
+        if swapped is None or first.macs == 0:
+            return first
+        other = self._breakdown(swapped, m, k, n, batch, dtype_bytes)
+        return other if other.total_cycles < first.total_cycles else first
+
+    def _breakdown(self, dataflow: str, m: int, k: int, n: int, batch: int,
+                   dtype_bytes: int | None) -> SystolicBreakdown:
         cfg = self.config
         R, C = self.rows, self.cols
-        sr, sc, t = _spatial(cfg.dataflow, m, k, n)
+        sr, sc, t = _spatial(dataflow, m, k, n)
         width = cfg.dtype_bytes if dtype_bytes is None else dtype_bytes
         passes = batch * _ceil_div(max(1, width), cfg.dtype_bytes)
         macs = batch * m * k * n
         if macs == 0:
-            return SystolicBreakdown(cfg.dataflow, sr, sc, t, 0, 0, 0, passes, 0, 0, 0, 0,
+            return SystolicBreakdown(dataflow, sr, sc, t, 0, 0, 0, passes, 0, 0, 0, 0,
                                      0, 0, 0.0, 0.0)
         row_folds, col_folds = _ceil_div(sr, R), _ceil_div(sc, C)
         folds = row_folds * col_folds
-        load = 0 if cfg.dataflow == "os" else R
+        load = 0 if dataflow == "os" else R
         stream = R + C + t - 2
         total_folds = folds * passes
         if cfg.pipelined_folds:
@@ -230,7 +267,7 @@ class SystolicArray(ComputeUnit):
                 exposed = total_folds * load
             total = total_folds * stream + exposed + cfg.inject_cycles
         return SystolicBreakdown(
-            dataflow=cfg.dataflow, sr=sr, sc=sc, t=t, row_folds=row_folds,
+            dataflow=dataflow, sr=sr, sc=sc, t=t, row_folds=row_folds,
             col_folds=col_folds, folds=folds, passes=passes, load_cycles_per_fold=load,
             stream_cycles_per_fold=stream, exposed_load_cycles=exposed,
             inject_cycles=cfg.inject_cycles, total_cycles=total, macs=macs,
@@ -244,15 +281,17 @@ class SystolicArray(ComputeUnit):
         cfg = self.config
         if min(m, k, n, batch) <= 0:  # no MACs: the op is not issued (see breakdown)
             return SystolicOperandTraffic(0, 0, 0, 0)
-        sr, sc, t = _spatial(cfg.dataflow, m, k, n)
+        dataflow = (self.breakdown(m, k, n, batch, dtype_bytes).dataflow if cfg.operand_swap
+                    else cfg.dataflow)  # the dataflow the op is timed with
+        sr, sc, t = _spatial(dataflow, m, k, n)
         row_folds, col_folds = _ceil_div(sr, self.rows), _ceil_div(sc, self.cols)
-        if cfg.dataflow == "os":
+        if dataflow == "os":
             ifmap, weights = col_folds * sr * t, row_folds * t * sc
             outputs, psums = sr * sc, 0
         else:
             # ws: A streams (T x Sr), W is stationary; is: the other way round.
             stationary, streamed = sr * sc, col_folds * t * sr
-            ifmap, weights = ((streamed, stationary) if cfg.dataflow == "ws"
+            ifmap, weights = ((streamed, stationary) if dataflow == "ws"
                               else (stationary, streamed))
             outputs, psums = row_folds * t * sc, (row_folds - 1) * t * sc
         scale = batch * (cfg.dtype_bytes if dtype_bytes is None else dtype_bytes)
