@@ -404,9 +404,12 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         # A decode pool never prefills (a recompute victim prefills again on the prefill
         # pool; a swapped one brings its KV back): one token per running request, so its
         # activation buffers need hold only that many, not the prefill pool's chunks.
-        iteration_tokens = min(iteration_tokens, scheduler.decode_slots)
-        setting = ("workload.scheduler.max_batch_size (a decode pool's iteration: one "
-                   "token per request, at most max_batch_tokens)")
+        if scheduler.decode_slots <= iteration_tokens:  # else the token budget binds
+            iteration_tokens = scheduler.decode_slots
+            limit = ("max_batch_size" if scheduler.max_batch_size <= scheduler.max_batch_tokens
+                     else "max_batch_tokens")
+            setting = (f"workload.scheduler.{limit} (a decode pool's iteration: one token "
+                       "per request)")
     elif getattr(scheduler, "chunk_kv", "keep") == "recompute":
         # A chunk runs its prompt prefix again, beyond the budget's new tokens: up to a
         # whole request's tokens more activations in one iteration.

@@ -235,6 +235,9 @@ def test_spilled_kv_queues_on_the_dma_and_parts_chain_to_the_stage():
     core = kv_loads[0].name.rsplit("@", 1)[1]
     on_core = [task for task in kv_loads if task.name.endswith("@" + core)]
     assert len(on_core) > 2 and all(task.deps for task in on_core)  # each behind another load
+    # ... and, past the first two, behind the attention two loads back (two KV buffers)
+    users = {task.id for task in graph.tasks if "attn" in task.name and "kv_load" not in task.name}
+    assert all(set(task.deps) & users for task in on_core[2:])
     _, _, chain = replica._stage_segments(chunks, "part")[1]
     stage_ps, chain_ps = session.time(stage)[0].makespan_ps, session.time(chain)[0].makespan_ps
     assert abs(chain_ps / stage_ps - 1) < 0.01

@@ -62,9 +62,10 @@ def test_priority_order_preempts_the_low_class_first(tmp_path):
 
 def test_a_decode_pool_takes_over_the_urgent_request_first(tmp_path):
     # long low-priority requests (each 1,500 of the decode replica's 1,567 KV tokens)
-    # fill the P42/D21 decode KV under TIGHT; an urgent one arriving later is handed over as soon as one of them finishes, ahead of two
-    # low-priority requests that arrived before it (found by a review: the decode pool
-    # took handed-over requests in arrival order)
+    # fill the P42/D21 decode KV under TIGHT; an urgent one arriving later is handed
+    # over as soon as one of them finishes, ahead of two low-priority requests that
+    # arrived before it (found by a review: the decode pool took handed-over requests in
+    # arrival order)
     rows = [("L0a", 0, 200, 1300, 1), ("L0b", 1, 200, 1300, 1), ("L0c", 2, 200, 1300, 1),
             ("L1", 10**9, 200, 50, 1), ("L2", 2 * 10**9, 200, 50, 1), ("H", 10**11, 200, 50, 0)]
     second = {}

@@ -88,6 +88,9 @@ class StageBuilder:
         self.moe_routing = MoeRouting(model, config) if model.is_moe else None
         self.moe_placement = expert_placement(config) if model.is_moe else None
         self.token_start = 0
+        # Spilled KV is double-buffered per core like streamed weight tiles: a KV load
+        # waits until the attention two loads back has used its buffer (one per graph).
+        self._kv_buffers = TileBuffers()
 
     def array_cols(self, group: Group) -> int:
         """Columns of the systolic arrays of ``group`` (its cores share one kind: a
@@ -101,6 +104,7 @@ class StageBuilder:
         graph = TaskGraph(name=name)
         self.chunks = chunks
         self.token_start = token_start
+        self._kv_buffers = TileBuffers()
         ready = self._entry(graph, group, previous, chunks)
         for layer in plan.layers:
             ready = self._layer(graph, group, plan, chunks, layer, ready)
@@ -187,6 +191,7 @@ class StageBuilder:
         shift = plan.layers.start - first_layer
         graph = TaskGraph(name=name)
         self.chunks = chunks
+        self._kv_buffers = TileBuffers()
         ready: Ready = {core: [] for core in group.cores}
         produced: dict[str, Ready] = {}
         for item in items:
@@ -360,15 +365,20 @@ class StageBuilder:
                 continue
             waits = list(deps[core])
             hbm_bytes = kv_bytes_on_core(int(op.kv_read_bytes * spilled), kv_heads, kv_total)
-            if hbm_bytes and self.has_hbm:
+            streamed = bool(hbm_bytes and self.has_hbm)
+            if streamed:
                 # Through the core's one DMA queue, in program order behind the weight
-                # tiles before it: issued at the graph's start, every layer's spilled KV
-                # would stream at once, ahead of (and slowing) the first layers' weights
-                # and held in SRAM that is not there.
-                waits.append(ports.load(core, hbm_bytes, (), f"{tag}.kv_load@core{core}"))
+                # tiles before it, into one of two KV buffers: issued at the graph's
+                # start, every layer's spilled KV would stream at once, ahead of (and
+                # slowing) the first layers' weights, into SRAM that is not there.
+                waits.append(ports.load(core, hbm_bytes, self._kv_buffers.free_slot(core),
+                                        f"{tag}.kv_load@core{core}"))
             share = Op("gemm", m=op.op.m * -(-q_heads // kv_heads), k=op.op.k, n=op.op.n,
                        batch=kv_heads, dtype_bytes=op.op.dtype_bytes, name=op.name)
-            out[core] = [graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")]
+            compute = graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")
+            if streamed:
+                self._kv_buffers.consumed(core, compute)
+            out[core] = [compute]
         return out
 
     def _heads(self, group: Group) -> tuple[tuple[int, int], ...]:
