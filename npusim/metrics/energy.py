@@ -344,8 +344,7 @@ def _charge_operands(unit: str, stats: Mapping[str, int], sram: str | None, devi
     part = device.parts[unit]
     if isinstance(part, SystolicArray):
         # With operand_swap each GEMM may run in the swapped dataflow (ws <-> is).
-        dataflows = {part.config.dataflow} | ({"ws", "is"} if part.config.operand_swap
-                                               and part.config.dataflow != "os" else set())
+        dataflows = {"ws", "is"} if part.config.operand_swap else {part.config.dataflow}
         entry["systolic_dataflows"] = sorted(set(entry["systolic_dataflows"]) | dataflows)
     if sram is None:
         # No scratchpad beside it (not on the NPU): nothing to charge it at; say so.
