@@ -95,7 +95,8 @@ def weight_tile_field() -> Any:
     return Field(4 << 20, gt=0, description="Tile of a weight streamed from HBM to SRAM (one "
                                             "DMA per tile, double-buffered; assumption: 4 MiB, "
                                             "so two tiles use 1/8 of a 64 MiB scratchpad). "
-                                            "Also the grain of pipelined collectives.")
+                                            "Also the tile of spilled KV read back from HBM "
+                                            "and the grain of pipelined collectives.")
 
 
 def stream_chunk_field() -> Any:

@@ -202,6 +202,11 @@ def gemm_op(gemm: GemmSpec, m: int, k: int, n: int) -> Op:
     return _op("gemm", gemm.name, gemm.dtype_bytes, gemm.batch, m, k, n, 0)
 
 
+def shared_gemm(name: str, dtype_bytes: int, batch: int, m: int, k: int, n: int) -> Op:
+    """A GEMM op shared by every equal tile (see :func:`_op`)."""
+    return _op("gemm", name, dtype_bytes, batch, m, k, n, 0)
+
+
 def add_op(gemm: GemmSpec, elements: int) -> Op:
     """Element-wise add of an incoming partial sum (``elements`` across the batch)."""
     return _op("elementwise", "reduce_add", gemm.dtype_bytes, 1, 1, 1, 1, max(1, elements),

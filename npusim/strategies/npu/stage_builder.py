@@ -17,17 +17,22 @@ from npusim.strategies.npu.heads import head_split, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan
 from npusim.strategies.npu.moe_mapping import (MoeRouting, TileBuffers, expert_placement,
                                                stream_gemm)
-from npusim.strategies.npu.partition import GemmSpec, Ports
+from npusim.strategies.npu.partition import (GemmSpec, Ports, shared_gemm, tile_align, tile_extent,
+                                             tile_extents)
 from npusim.strategies.npu.placement import Group
 from npusim.workload.layer_ops import LayerOp, SequenceChunk, layer_ops, lm_head_ops
 
 #: Inputs of each layer operator by name; an operator not listed depends on the one
 #: before it.  Per-sequence ops (``attn_qk[s3]``) look up their own sequence first.
+#: Attention starts once Q, K and V of the new tokens exist, as one attention kernel
+#: reads all three (vLLM fuses the projections into one QKV GEMM): QK^T alone needs
+#: only Q and K, but started early it would take the array in the middle of v_proj's
+#: tiles, delaying v_proj's collective on every core of the group.
 INPUTS: dict[str, tuple[str, ...]] = {
     "q_proj": ("input_norm",), "k_proj": ("input_norm",), "v_proj": ("input_norm",),
     "q_norm": ("q_proj",), "k_norm": ("k_proj",),
     "rope": ("q_norm", "k_norm"),
-    "kv_write": ("rope", "v_proj"), "attn_qk": ("rope",),
+    "kv_write": ("rope", "v_proj"), "attn_qk": ("rope", "v_proj"),
     "attn_softmax": ("attn_qk",), "attn_av": ("attn_softmax", "v_proj"),
     "o_proj": ("attn_av",), "attn_residual": ("o_proj",),
     "post_attention_norm": ("attn_residual",),
@@ -363,23 +368,62 @@ class StageBuilder:
             if not q_heads:  # more cores than heads: this core has no attention to do
                 out[core] = list(deps[core])
                 continue
-            waits = list(deps[core])
             hbm_bytes = kv_bytes_on_core(int(op.kv_read_bytes * spilled), kv_heads, kv_total)
-            streamed = bool(hbm_bytes and self.has_hbm)
-            if streamed:
-                # Through the core's one DMA queue, in program order behind the weight
-                # tiles before it, into one of two KV buffers: issued at the graph's
-                # start, every layer's spilled KV would stream at once, ahead of (and
-                # slowing) the first layers' weights, into SRAM that is not there.
-                waits.append(ports.load(core, hbm_bytes, self._kv_buffers.free_slot(core),
-                                        f"{tag}.kv_load@core{core}"))
             share = Op("gemm", m=op.op.m * -(-q_heads // kv_heads), k=op.op.k, n=op.op.n,
                        batch=kv_heads, dtype_bytes=op.op.dtype_bytes, name=op.name)
-            compute = graph.compute(f"core{core}.sa", share, waits, f"{tag}@core{core}")
-            if streamed:
-                self._kv_buffers.consumed(core, compute)
-            out[core] = [compute]
+            if hbm_bytes and self.has_hbm:
+                out[core] = self._streamed_attention(graph, group, core, share, op, kv_heads,
+                                                     hbm_bytes, ports, tag, deps[core])
+            else:
+                out[core] = [graph.compute(f"core{core}.sa", share, deps[core],
+                                           f"{tag}@core{core}")]
         return out
+
+    def _streamed_attention(self, graph, group, core: int, share: Op, op: LayerOp,
+                            kv_heads: int, hbm_bytes: int, ports: Ports, tag: str,
+                            deps: list[int]) -> list[int]:
+        """``share`` (QK^T or AV of one core) with the spilled keys or values streamed
+        from HBM in tiles of about ``weight_tile_bytes``, double-buffered per core like
+        weight tiles: the keys already in SRAM first (the new tokens' and the cached ones
+        SRAM holds: one GEMM, no load), then one GEMM per
+        tile, each waiting for its tile's load.  The loads go through the core's one DMA
+        queue in program order, and a load waits until the tile two loads back has been
+        used (``_kv_buffers``): loaded whole, one attention's spilled KV would need as
+        much SRAM as it has bytes (tens of MiB for a decode batch with long contexts),
+        and its computation could not start before the last byte arrived.  Cut along
+        the keys (QK^T's columns, AV's reduction rows) at array-aligned multiples, so the
+        tiles add no partial folds; AV's tiles accumulate into one output, as
+        FlashDecoding's split-KV kernels do."""
+        keys = share.n if op.name == "attn_qk" else share.k
+        per_key = kv_bytes_on_core(self.model.kv_size * self.kv_dtype, kv_heads,
+                                   self.model.num_key_value_heads)
+        streamed_keys = min(keys, max(1, -(-hbm_bytes // max(1, per_key))))
+        per_tile = tile_extent(self.config.weight_tile_bytes, per_key,
+                               tile_align(self.array_cols(group)), self.array_cols(group))
+
+        def tile_op(extent: int) -> Op:
+            if op.name == "attn_qk":
+                return shared_gemm(share.name, share.dtype_bytes, share.batch, share.m,
+                                   share.k, extent)
+            return shared_gemm(share.name, share.dtype_bytes, share.batch, share.m, extent,
+                               share.n)
+
+        sa = f"core{core}.sa"
+        computes = []
+        remaining = hbm_bytes
+        for index, extent in enumerate(tile_extents(streamed_keys, per_tile)):
+            size = min(remaining, extent * per_key)
+            remaining -= size
+            load = ports.load(core, size, self._kv_buffers.free_slot(core),
+                              f"{tag}:load KV.{index}@core{core}")
+            compute = graph.compute(sa, tile_op(extent), deps + [load],
+                                    f"{tag}.{index}@core{core}")
+            self._kv_buffers.consumed(core, compute)
+            computes.append(compute)
+        if keys > streamed_keys:  # the new tokens' keys and the cached keys SRAM holds
+            computes.append(graph.compute(sa, tile_op(keys - streamed_keys), deps,
+                                          f"{tag}.sram@core{core}"))
+        return computes
 
     def _heads(self, group: Group) -> tuple[tuple[int, int], ...]:
         return head_split(self.model.num_attention_heads, self.model.num_key_value_heads,
