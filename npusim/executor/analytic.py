@@ -1,20 +1,29 @@
 """Analytic executor: the same task graph in closed form.
 
 Each task starts when its dependencies have finished and its resources are free;
-ready tasks claim resources in order of ready time, as events would.  A compute or host task holds its unit for its closed-form time.  A
-transfer takes its closed-form pipelined time (bottleneck stage + fill), and every
-memory it touches and every NoC link on its route serves its bytes first-come-first-
-served (a stream queued behind another finishes later), so bandwidth is shared; what the analytic level leaves out is how
-concurrent streams interleave inside a memory or a router (bank conflicts, row
-misses between streams, arbitration), which the tlm level adds.  A compute op on a core
-whose scratchpad port is shared (``hw.core.sram.shared_port``) also holds that port for
-its operand bytes, as one more first-come-first-served server.  On an uncontended
-graph the two agree closely, and that agreement is tested.
+ready tasks claim resources in order of ready time, as events would.  A compute or host
+task holds its unit for its closed-form time.  A transfer takes its closed-form
+pipelined time (bottleneck stage + fill), and every memory it touches and every NoC link
+on its route serves its bytes first-come-first-served (a stream queued behind another
+finishes later), so bandwidth is shared.  The resource that finishes last sets the
+transfer's pace and is held for its bytes' time; on the others its bytes arrive at that
+pace, so there it is a *paced stream* taking its share of the bandwidth until the
+transfer ends, and later work gets the rest (a 4 MiB tile from HBM into an SRAM three
+times faster than the HBM leaves the SRAM two thirds free for the NoC traffic beside
+it, as the tlm level's interleaved chunks do, instead of holding it for 16 us at its
+start).  A compute op on a core whose scratchpad port is shared
+(``hw.core.sram.shared_port``) claims that port for its operand bytes the same way: held
+when the operands take longer than the computation, paced beside it when they take less.
+What the analytic level leaves out is how concurrent streams interleave inside a memory
+or a router (bank conflicts, row misses between streams, arbitration), which the tlm
+level adds.  On an uncontended graph the two agree closely, and that agreement is
+tested.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left
 from collections import deque
 from functools import partial
@@ -73,6 +82,11 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     # Busy time of transfers and of host tasks that hold a resource, gathered on the way.
     transfer_busy = host_busy = 0
     waiting_for: dict[str, deque] = {}  # unit -> compute tasks waiting for it (shared port)
+    # Streams paced by another resource (a tile from HBM through the SRAM, a compute op's
+    # operands on a shared port): per resource, ``[start, end, share]`` of each, using
+    # ``share`` of its bandwidth over ``[start, end)`` instead of holding it whole.
+    paced: dict[str, list[list]] = {}
+    paced_get = paced.get
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
@@ -113,16 +127,21 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 continue
             if port is not None:
                 # The operands queue behind earlier transfers on the port, and the op
-                # ends when both it and its operands are done.
+                # ends when both it and its operands are done.  Operands that take less
+                # time than the computation stream through the port at the op's pace,
+                # beside other traffic, rather than holding it for their whole time.
                 name, _, busy = port
                 served = free_get(name, 0)
                 if served < start:
                     served = start
-                served += busy
-                unit_free[name] = served
-                if served - start > duration:
-                    entry[5] += served - start - duration  # held past its compute time
-                    duration = served - start
+                streams = paced_get(name)
+                done = _finish(served, busy, streams) if streams else served + busy
+                if done < start + duration:
+                    _pace(paced, name, served, start + duration, busy)
+                else:
+                    unit_free[name] = done
+                    entry[5] += done - start - duration  # held past its compute time
+                    duration = done - start
             entry[1] += 1
             unit_free[unit] = start + duration
             if line:  # wake the next op in the unit's line when the unit is free
@@ -140,16 +159,41 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
             start = end = ready
-            for name, busy in reservations:
+            if len(reservations) == 1:
+                name, busy = reservations[0]
                 served = free_get(name, 0)
                 if served < ready:
                     served = ready
-                served += busy
-                unit_free[name] = served
-                if served > end:
-                    end = served
+                streams = paced_get(name) if paced else None
+                end = unit_free[name] = (_finish(served, busy, streams) if streams
+                                         else served + busy)
+            else:
+                # Each resource serves the bytes after the work queued on it, slower
+                # while paced streams use part of it; the transfer ends with the last.
+                # On the resources that finish before it (a fast SRAM behind a slow
+                # HBM), its bytes arrive at the transfer's pace: it is a paced stream
+                # there, beside later work, instead of holding them from its start.
+                services = []
+                for name, busy in reservations:
+                    served = free_get(name, 0)
+                    if served < ready:
+                        served = ready
+                    streams = paced_get(name) if paced else None
+                    done = _finish(served, busy, streams) if streams else served + busy
+                    services.append((name, served, busy, done))
+                    if done > end:
+                        end = done
             if end - start > duration:
                 duration = end - start
+            if len(reservations) > 1:
+                # The last resource to finish holds the transfer's pace (its closed-form
+                # fill aside): it is booked whole, the others are paced to its end.
+                finish = start + duration
+                for name, served, busy, done in services:
+                    if done < end:
+                        _pace(paced, name, served, finish, busy)
+                    else:
+                        unit_free[name] = done
             transfer_busy += duration
             entry = transfer_get(id(accounting))
             if entry is None:
@@ -196,6 +240,32 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         busy["host"] = host_busy
     return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0,
                       extra={"busy_by_name": busy})
+
+
+def _finish(at: int, busy: int, streams: list[list]) -> int:
+    """When ``busy`` of work on a resource, started at ``at``, is done: the paced
+    ``streams`` keep their share of its bandwidth (they were there first) and the work
+    gets what they leave, all of it once they end (streams ended by ``at`` are dropped).
+    Work-conserving: a resource already used at its full rate serves nothing new until
+    the streams end, as a first-come-first-served server would."""
+    streams[:] = [stream for stream in streams if stream[1] > at]
+    if not streams:
+        return at + busy
+    now, remaining = at, busy
+    for point in sorted({edge for stream in streams for edge in stream[:2] if edge > at}):
+        rate = 1.0 - sum(share for begin, end, share in streams if begin <= now < end)
+        if rate > 0:
+            if (point - now) * rate >= remaining:
+                return now + math.ceil(remaining / rate)
+            remaining -= (point - now) * rate
+        now = point
+    return now + math.ceil(remaining)
+
+
+def _pace(paced: dict[str, list[list]], name: str, start: int, end: int, busy: int) -> None:
+    """Record ``busy`` of work on ``name`` spread evenly over ``[start, end)``."""
+    if busy > 0 and end > start:
+        paced.setdefault(name, []).append([start, end, busy / (end - start)])
 
 
 _COUNTERS = ("busy_ps", "ops", "flops", "bytes_read", "bytes_written", "transactions")
