@@ -199,7 +199,7 @@ def test_dense_parts_off_the_token_grid_are_blends_close_to_the_exact_stage():
     (SequenceChunk(420, 1024, True),) + tuple(SequenceChunk(1, 900, True) for _ in range(7)),
     (SequenceChunk(512, 0, True),)],                                             # prefill
     ids=["decode", "mixed", "prefill"])
-def test_a_chain_of_parts_is_within_two_percent_of_its_stage(chunks):
+def test_a_chain_of_parts_is_within_half_a_percent_of_its_stage(chunks):
     replica, session = _replica_and_session()
     stages = replica._stage_segments(chunks, "stage")
     chains = replica._stage_segments(chunks, "part")
@@ -211,11 +211,11 @@ def test_a_chain_of_parts_is_within_two_percent_of_its_stage(chunks):
         # Without the loads' head start the parts would take their sum (4-25% more).
         assert chain_ps < sum(run.makespan_ps for run in parts)
         assert any(run.extra["prefetched_ps"] < run.makespan_ps for run in parts)
-    # A chain can only lose overlap across its cuts, so it is never much faster.  The
-    # mixed batch was 1.6% slower while a part chained each sequence's attention after
-    # the one before it (the stage runs one's QK^T beside another's softmax).
-    assert max(map(abs, errors)) < 0.02 and abs(sum(errors) / len(errors)) < 0.01
-    assert min(errors) > -0.005
+    # The mixed batch was 1.6% slower while a part chained each sequence's attention
+    # after the one before it (the stage runs one's QK^T beside another's softmax), and
+    # every batch 0.1-0.3% slower while the stage let QK^T start before v_proj was done
+    # (measured 2026-11-28: within 0.002%).
+    assert max(map(abs, errors)) < 0.005
 
 
 @pytest.mark.component
