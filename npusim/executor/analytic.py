@@ -137,7 +137,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 streams = paced_get(name)
                 done = _finish(served, busy, streams) if streams else served + busy
                 if done < start + duration:
-                    _pace(paced, name, served, start + duration, busy)
+                    _pace(paced, name, served, start + duration, busy, ready)
                 else:
                     unit_free[name] = done
                     entry[5] += done - start - duration  # held past its compute time
@@ -191,7 +191,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 finish = start + duration
                 for name, served, busy, done in services:
                     if done < end:
-                        _pace(paced, name, served, finish, busy)
+                        _pace(paced, name, served, finish, busy, ready)
                     else:
                         unit_free[name] = done
             transfer_busy += duration
@@ -262,10 +262,15 @@ def _finish(at: int, busy: int, streams: list[list]) -> int:
     return now + math.ceil(remaining)
 
 
-def _pace(paced: dict[str, list[list]], name: str, start: int, end: int, busy: int) -> None:
-    """Record ``busy`` of work on ``name`` spread evenly over ``[start, end)``."""
+def _pace(paced: dict[str, list[list]], name: str, start: int, end: int, busy: int,
+          now: int) -> None:
+    """Record ``busy`` of work on ``name`` spread evenly over ``[start, end)``; ``now``
+    is the scheduling time (tasks are taken in order of it, so none asks before it)."""
     if busy > 0 and end > start:
-        paced.setdefault(name, []).append([start, end, busy / (end - start)])
+        streams = paced.setdefault(name, [])
+        if len(streams) >= 64:  # a resource only ever paced: drop the streams ended by now
+            streams[:] = [stream for stream in streams if stream[1] > now]
+        streams.append([start, end, busy / (end - start)])
 
 
 _COUNTERS = ("busy_ps", "ops", "flops", "bytes_read", "bytes_written", "transactions")
