@@ -384,9 +384,10 @@ class StageBuilder:
                             deps: list[int]) -> list[int]:
         """``share`` (QK^T or AV of one core) with the spilled keys or values streamed
         from HBM in tiles of about ``weight_tile_bytes``, double-buffered per core like
-        weight tiles: the keys already in SRAM first (the new tokens' and the cached ones
-        SRAM holds: one GEMM, no load), then one GEMM per
-        tile, each waiting for its tile's load.  The loads go through the core's one DMA
+        weight tiles: one GEMM per tile, each waiting for its tile's load, and one more
+        for the keys already in SRAM (the new tokens' and the cached ones SRAM holds),
+        which needs no load and takes the array while a tile is still on its way.  The
+        loads go through the core's one DMA
         queue in program order, and a load waits until the tile two loads back has been
         used (``_kv_buffers``): loaded whole, one attention's spilled KV would need as
         much SRAM as it has bytes (tens of MiB for a decode batch with long contexts),
