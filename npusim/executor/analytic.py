@@ -1,8 +1,10 @@
 """Analytic executor: the same task graph in closed form.
 
 Each task starts when its dependencies have finished and its resources are free;
-ready tasks claim resources in order of ready time, as events would.  A compute or host
-task holds its unit for its closed-form time.  A transfer takes its closed-form
+ready tasks claim resources in order of ready time, as events would, except that a
+busy compute unit, once free, takes the oldest task waiting for it (program order, as
+the tlm level's priority queue).  A compute or host task holds its unit for its
+closed-form time.  A transfer takes its closed-form
 pipelined time (bottleneck stage + fill), and every memory it touches and every NoC link
 on its route serves its bytes first-come-first-served (a stream queued behind another
 finishes later), so bandwidth is shared.  The resource that finishes last sets the
@@ -11,7 +13,9 @@ pace, so there it is a *paced stream* taking its share of the bandwidth until th
 transfer ends, and later work gets the rest (a 4 MiB tile from HBM into an SRAM three
 times faster than the HBM leaves the SRAM two thirds free for the NoC traffic beside
 it, as the tlm level's interleaved chunks do, instead of holding it for 16 us at its
-start).  A compute op on a core whose scratchpad port is shared
+start).  A transfer no longer than one chunk that finds a resource held by a chunked
+transfer goes between two of its chunks (the tlm level interleaves them).  A compute
+op on a core whose scratchpad port is shared
 (``hw.core.sram.shared_port``) claims that port for its operand bytes the same way: held
 when the operands take longer than the computation, paced beside it when they take less.
 What the analytic level leaves out is how concurrent streams interleave inside a memory
@@ -25,7 +29,6 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
-from collections import deque
 from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, not_
@@ -42,7 +45,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
 
     List scheduling: a task becomes ready when its last dependency ends, and ready
     tasks claim their resources in order of ready time (ties: program order), as the
-    event-driven level would serve them; durations are closed-form.
+    event-driven level would serve them, except that a busy compute unit, when free,
+    takes the oldest task waiting for it (program order); durations are closed-form.
     """
     tasks = graph.tasks
     count = len(tasks)
@@ -66,6 +70,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     unit_free: dict[str, int] = {}
     free_get = unit_free.get
     pop, push = heapq.heappop, heapq.heappush
+    heappush, heappop = push, pop
     # Counters are added once per distinct (unit, op) and per distinct transfer shape at
     # the end rather than per task: integer sums, so the totals are the same.
     # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port, stalled]``
@@ -81,19 +86,39 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     transfer_cache_get = device.analytic_cache.get
     # Busy time of transfers and of host tasks that hold a resource, gathered on the way.
     transfer_busy = host_busy = 0
-    waiting_for: dict[str, deque] = {}  # unit -> compute tasks waiting for it (shared port)
+    # Per unit (an array, a vector unit, a host resource): the ids of the tasks waiting
+    # for it, a heap (oldest in program order first), and the one whose heap entry is
+    # the unit's wake-up when it is free.
+    lines: dict[str, list[int]] = {}
+    woken: dict[str, int] = {}
     # Streams paced by another resource (a tile from HBM through the SRAM, a compute op's
     # operands on a shared port): per resource, ``[start, end, share]`` of each, using
     # ``share`` of its bandwidth over ``[start, end)`` instead of holding it whole.
     paced: dict[str, list[list]] = {}
     paced_get = paced.get
+    # Per resource held by a chunked transfer (a weight tile into the SRAM when the
+    # SRAM is slower than the HBM): ``[end, chunk_ps]``, its end there and the time one
+    # of its chunks takes there.  Work no longer than a chunk that finds the resource
+    # held by it goes between two of its chunks, waiting for at most one, as the tlm
+    # level interleaves them (a ring step's 4 KiB NoC send does not wait for a whole
+    # 3 MiB tile); the resource frees that much later.
+    chunked: dict[str, list[int]] = {}
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     while heap:
         task_id = pop(heap) % count
-        ready = ready_at[task_id]
         task = tasks[task_id]
         kind = type(task)
+        taken = False  # the unit is free and chose this task from its line
+        if woken:
+            holder = (task.unit if kind is ComputeTask
+                      else host_resource(task) if kind is HostTask else None)
+            if holder is not None and woken.get(holder) == task_id:
+                del woken[holder]
+                task_id = heappop(lines[holder])
+                task, taken = tasks[task_id], True
+                kind = type(task)
+        ready = ready_at[task_id]
         if kind is ComputeTask:
             unit = task.unit
             key = (unit, id(task.op))
@@ -108,21 +133,21 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             if start < ready:
                 start = ready
             port = entry[4]
-            # An op on a shared scratchpad port claims the port only when its unit takes
-            # it, as the tlm level asks for it: claimed when the op is ready, the port
-            # would be booked ahead of transfers that become ready before the op starts.
-            # So an op that finds its unit busy waits in the unit's line (first come,
-            # first served, as tlm's unit queue), and the line's head is woken when the
-            # unit is free; while a line is waiting, every op on that unit joins it.
-            line = waiting_for.get(unit) if waiting_for else None
-            if line and line[0] == task_id:
-                line.popleft()  # the woken head: the unit is free now
-            elif line or (port is not None and start > ready):
+            # An op that finds its unit busy waits in the unit's line; when the unit is
+            # free it takes the oldest op waiting (program order), as a core issues its
+            # instruction stream, not the one that became ready first: a later operator
+            # whose inputs are ready must not overtake the tiles of the one before it,
+            # which hold its tile buffers (and its DMA queue) while they wait.  The op
+            # claims a shared scratchpad port only when it takes its unit, as the tlm
+            # level asks for it: claimed when the op is ready, the port would be booked
+            # ahead of transfers that become ready before the op starts.
+            line = lines.get(unit)
+            if not taken and (line or start > ready):
                 if line is None:
-                    line = waiting_for[unit] = deque()
-                line.append(task_id)
-                if len(line) == 1:
-                    ready_at[task_id] = start
+                    line = lines[unit] = []
+                heappush(line, task_id)
+                if unit not in woken:
+                    woken[unit] = task_id
                     push(heap, start * count + task_id)
                 continue
             if port is not None:
@@ -144,10 +169,9 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                     duration = done - start
             entry[1] += 1
             unit_free[unit] = start + duration
-            if line:  # wake the next op in the unit's line when the unit is free
-                head = line[0]
-                ready_at[head] = start + duration
-                push(heap, (start + duration) * count + head)
+            if line:  # wake the unit's line when it is free
+                woken[unit] = line[0]
+                push(heap, (start + duration) * count + line[0])
         elif kind is TransferTask:
             # The device's cache of closed forms, looked up here without a method call
             # (a stage graph has hundreds of transfers; the key is the cache's own).
@@ -176,11 +200,17 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 services = []
                 for name, busy in reservations:
                     served = free_get(name, 0)
+                    slipped = False
+                    if served > ready and chunked:
+                        held = chunked.get(name)
+                        if (held is not None and held[0] == served and busy <= held[1]
+                                and ready + held[1] < served):
+                            served, slipped = ready + held[1], True
                     if served < ready:
                         served = ready
                     streams = paced_get(name) if paced else None
                     done = _finish(served, busy, streams) if streams else served + busy
-                    services.append((name, served, busy, done))
+                    services.append((name, served, busy, done, slipped))
                     if done > end:
                         end = done
             if end - start > duration:
@@ -189,11 +219,17 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 # The last resource to finish holds the transfer's pace (its closed-form
                 # fill aside): it is booked whole, the others are paced to its end.
                 finish = start + duration
-                for name, served, busy, done in services:
-                    if done < end:
+                chunk = task.chunk_bytes
+                for name, served, busy, done, slipped in services:
+                    if slipped:  # the chunked transfer it went between ends that later
+                        held = chunked[name]
+                        held[0] = unit_free[name] = held[0] + busy
+                    elif done < end:
                         _pace(paced, name, served, finish, busy, ready)
                     else:
                         unit_free[name] = done
+                        if chunk and busy and task.size_bytes > chunk:
+                            chunked[name] = [done, busy * chunk // task.size_bytes]
             transfer_busy += duration
             entry = transfer_get(id(accounting))
             if entry is None:
@@ -203,24 +239,30 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         else:
             assert isinstance(task, HostTask)
             resource = host_resource(task)
-            # A host task that holds a compute unit (a taskgraph workload may name one)
-            # takes its turn in that unit's line, if ops are waiting in one.
-            line = waiting_for.get(resource) if waiting_for and resource else None
-            if line:
-                if line[0] == task_id:
-                    line.popleft()
-                else:
-                    line.append(task_id)  # the head is on the heap already
+            # A host task that holds a unit (a taskgraph workload may name a compute
+            # unit) waits in its line like an op.
+            start = ready
+            line = None
+            if resource:
+                start = free_get(resource, 0)
+                if start < ready:
+                    start = ready
+                line = lines.get(resource)
+                if not taken and (line or start > ready):
+                    if line is None:
+                        line = lines[resource] = []
+                    heappush(line, task_id)
+                    if resource not in woken:
+                        woken[resource] = task_id
+                        push(heap, start * count + task_id)
                     continue
-            start = max(ready, free_get(resource, 0)) if resource else ready
             duration = task.duration_ps
             if resource:
                 unit_free[resource] = start + duration
                 host_busy += duration
             if line:
-                head = line[0]
-                ready_at[head] = start + duration
-                push(heap, (start + duration) * count + head)
+                woken[resource] = line[0]
+                push(heap, (start + duration) * count + line[0])
         end = start + duration
         starts[task_id] = start
         ends[task_id] = end

@@ -98,12 +98,14 @@ def run_tlm(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     device.bind(env)
     count = len(graph.tasks)
     starts, ends = [0] * count, [0] * count
-    resources: dict[str, simpy.Resource] = {}
+    resources: dict[str, simpy.PriorityResource] = {}
     processes: list[Any] = []
 
-    def resource(name: str) -> simpy.Resource:
+    def resource(name: str) -> simpy.PriorityResource:
+        # A unit serves the oldest task waiting for it (lowest id: program order), as a
+        # core issues its instruction stream; the analytic level does the same.
         if name not in resources:
-            resources[name] = simpy.Resource(env, capacity=1)
+            resources[name] = simpy.PriorityResource(env, capacity=1)
         return resources[name]
 
     def run(task: Any) -> Generator:
@@ -113,7 +115,7 @@ def run_tlm(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         if isinstance(task, ComputeTask):
             duration = device.compute_unit(task.unit).op_time_ps(task.op)
             port = operand_port_busy(device, task.unit, task.op)
-            with resource(task.unit).request() as slot:
+            with resource(task.unit).request(priority=task.id) as slot:
                 yield slot
                 start = starts[task.id] = env.now
                 end = start + duration
@@ -134,7 +136,7 @@ def run_tlm(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 if task.duration_ps:
                     yield env.timeout(task.duration_ps)
             else:
-                with resource(name).request() as slot:
+                with resource(name).request(priority=task.id) as slot:
                     yield slot
                     starts[task.id] = env.now
                     yield env.timeout(task.duration_ps)

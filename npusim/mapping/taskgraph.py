@@ -146,6 +146,10 @@ class TaskGraph:
     #: A core's DMA runs its loads in program order across operators, so an operator's
     #: first weight tile queues behind the previous operator's last one.
     dma_tails: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    #: While a graph is built: per core, the tasks that used the last two tiles loaded
+    #: into its two tile buffers (weight tiles and spilled-KV tiles share them, across
+    #: operators), so a load waits until the tile two loads back has been used.
+    tile_slots: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, task: Task) -> int:
         """Append ``task`` (its deps must already be in the graph); return its id."""

@@ -133,26 +133,40 @@ def test_ops_queued_on_a_busy_unit_do_not_book_the_port_ahead_of_a_transfer():
         assert result.makespan_ps >= 3 * operands + sram.port_time_ps(DMA_BYTES)
 
 
-def queued_on_one_array(device) -> tuple[TaskGraph, int, int]:
-    """A long GEMM on core 5's array, then X ready at 30 us and Y at 10 us (Y has the
-    higher task id) waiting for the array."""
+def queued_on_one_array(device, later_ps: int = 30_000_000) -> tuple[TaskGraph, int, int, int]:
+    """A long GEMM on core 5's array, then X ready at ``later_ps`` and Y at 10 us (Y has
+    the higher task id: later in program order) waiting for the array."""
     built = TaskGraph()
-    built.compute("core5.sa", Op("gemm", **GEMM))
-    later = built.host(30_000_000, resource="none")
+    first = built.compute("core5.sa", Op("gemm", **GEMM))
+    later = built.host(later_ps, resource="none")
     sooner = built.host(10_000_000, resource="none")
     x = built.compute("core5.sa", Op("gemm", m=128, k=256, n=256, dtype_bytes=2), deps=[later])
     y = built.compute("core5.sa", Op("gemm", m=128, k=256, n=512, dtype_bytes=2), deps=[sooner])
-    return prepare(built, device), x, y
+    return prepare(built, device), first, x, y
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_ops_waiting_for_a_unit_take_it_first_come_first_served(shared):
-    # as tlm's unit queue: Y, ready first, runs first whatever the task ids
+def test_a_free_unit_takes_the_oldest_op_waiting_for_it(shared):
+    # Both wait for the long GEMM: when it ends, X (earlier in program order) runs first
+    # although Y was ready 20 us before it, at both levels, as a core issues its
+    # instruction stream (a later operator does not overtake the one before it).
     device = npu(shared)
     for run in (run_analytic, run_tlm):
-        built, x, y = queued_on_one_array(device)
+        built, first, x, y = queued_on_one_array(device)
         result = run(built, device)
-        assert result.starts[y] < result.starts[x], (run.__name__, shared)
+        assert result.ends[first] > 30_000_000, "the test needs X waiting too"
+        assert result.starts[x] == result.ends[first] < result.starts[y], (run.__name__, shared)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_free_unit_does_not_wait_for_an_older_op_that_is_not_ready(shared):
+    # X is ready only after the long GEMM has ended: Y, waiting, takes the array then
+    # (oldest first among the ops waiting, not an in-order stall).
+    device = npu(shared)
+    for run in (run_analytic, run_tlm):
+        built, first, x, y = queued_on_one_array(device, later_ps=10**12)
+        result = run(built, device)
+        assert result.starts[y] == result.ends[first] < result.starts[x], (run.__name__, shared)
 
 
 def test_a_private_port_held_for_nothing_times_like_no_port(monkeypatch):

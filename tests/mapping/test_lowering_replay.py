@@ -86,3 +86,23 @@ def test_a_cores_loads_queue_in_program_order_across_operators(strategy):
             lasts = [[t for t in loads if t.name.startswith(g.name)][-1] for g in gemms]
             assert lasts[0].id in firsts[1].deps
             assert graph.dma_tails[core] == lasts[1].id
+
+
+def test_tile_buffers_are_shared_across_operators():
+    # Two tile buffers per core for the whole graph (what the SRAM plan reserves): the
+    # second GEMM's first tile loads once the first GEMM's next-to-last tile has been
+    # multiplied, whether the lowering is replayed or not.
+    group = place("ring", 4)
+    gemms = [GemmSpec(f"L0.{name}", m=64, k=1024, n=768, weights_in="hbm",
+                      weight_tile_bytes=1 << 16) for name in ("q_proj", "k_proj", "v_proj")]
+    k = get_partition("k")
+    for lower in (k.lower, k._lower):
+        graph, _ = build(lower, [(gemm, group, [[0], [1], [2], [3]]) for gemm in gemms])
+        for core in group.cores:
+            loads = [t for t in graph.tasks if getattr(t, "src", "") == f"core{core}.hbm"]
+            users = {t.id: [u.id for u in graph.tasks if t.id in u.deps
+                            and getattr(u, "unit", "") == f"core{core}.sa"] for t in loads}
+            assert all(len(ids) == 1 for ids in users.values())
+            for before, load in zip(loads, loads[2:]):
+                assert users[before.id][0] in load.deps, load.name
+            assert graph.tile_slots[core] == [users[t.id][0] for t in loads[-2:]]

@@ -27,7 +27,7 @@ import numpy as np
 from npusim.core.registry import register
 from npusim.mapping.taskgraph import Op
 from npusim.strategies.npu.moe_mapping import (COMBINE_FLOPS_PER_ELEMENT, ExpertPlacementConfig,
-                                               TileBuffers, stream_gemm)
+                                               stream_gemm)
 from npusim.strategies.npu.partition import Ports
 from npusim.workload.layer_ops import MoEExperts, expert_ffn_ops
 
@@ -81,7 +81,6 @@ class ExpertParallel:
                 arrived[dst].append(ports.send(
                     cores[src], cores[dst], int(rows[src, dst]) * row_bytes,
                     deps.get(cores[src], ()), f"{tag}.dispatch:core{cores[src]}->core{cores[dst]}"))
-        buffers = TileBuffers()
         done: dict[int, list[int]] = {p: [] for p in range(tp)}
         for expert in np.flatnonzero(assignment.computed):
             expert = int(expert)
@@ -92,7 +91,7 @@ class ExpertParallel:
             def gemm(item, waits):
                 name = self.weight_name(item.label, expert, tp)
                 in_hbm = ctx.has_hbm and (layer, name) not in plan.sram_weights
-                return stream_gemm(graph, ports, buffers, core, f"L{layer}.{item.label}", item.op,
+                return stream_gemm(graph, ports, core, f"L{layer}.{item.label}", item.op,
                                    in_hbm, waits, ctx.config.weight_tile_bytes,
                                    ctx.array_cols(group))
 

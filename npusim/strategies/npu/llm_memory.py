@@ -26,7 +26,8 @@ from npusim.workload.layer_ops import SequenceChunk, layer_ops, lm_head_ops
 #: (assumption, NpuSim §4.2 reserves "dedicated buffers"; data in flight over the NoC
 #: uses the partition's double-buffered tiles, counted with the weight tiles).
 ACTIVATION_BUFFERS = 2
-#: Weight tiles in flight while streaming (double buffering).
+#: Tile buffers per core for what streams from HBM (double buffering): weight tiles and
+#: spilled-KV tiles share them across operators (``Ports.load_tile``).
 STREAM_BUFFERS = 2
 
 

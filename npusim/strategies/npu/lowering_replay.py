@@ -46,8 +46,11 @@ class _Recording:
     outputs: dict[int, list[int]]
     #: Recorded id of the last load each core's DMA queue issued (``TaskGraph.dma_tails``).
     dma_out: dict[int, int]
-    #: Recorded tasks (by position) that wait for a DMA queue's previous load: their
-    #: dependencies are sorted again on replay, as the lowering sorts them.
+    #: Recorded ids of the users of each core's last two tiles (``TaskGraph.tile_slots``).
+    tiles_out: dict[int, list[int]]
+    #: Recorded tasks (by position) that wait for a DMA queue's previous load or a tile
+    #: buffer's last user: their dependencies are sorted again on replay, as the
+    #: lowering sorts them.
     dma_waiters: frozenset[int]
 
 
@@ -83,9 +86,11 @@ class LoweringReplay:
         rank = {dep: index for index, dep in enumerate(waited)}
         pattern = tuple((core, tuple(rank[dep] for dep in ids)) for core, ids in deps.items())
         # The cores whose DMA queue already holds a load (a placeholder each, after the
-        # waited ids): usually all of them but for a graph's first operator.
+        # waited ids): usually all of them but for a graph's first operator; then, per
+        # core, the users of its tile buffers so far (a placeholder each, up to two).
         queued = tuple(core for core in sorted(graph.dma_tails))
-        key = (replace(gemm, name=_LABEL), group, width, pattern, queued)
+        tiles = tuple((core, len(graph.tile_slots[core])) for core in sorted(graph.tile_slots))
+        key = (replace(gemm, name=_LABEL), group, width, pattern, queued, tiles)
         recording = self._recordings.get(key)
         if recording is None:
             recording = self._recordings[key] = self._record(key, len(waited))
@@ -93,17 +98,20 @@ class LoweringReplay:
                 self._recordings.popitem(last=False)
         else:
             self._recordings.move_to_end(key)
-        return _replay(recording, graph, waited + [graph.dma_tails[core] for core in queued],
+        return _replay(recording, graph, waited + [graph.dma_tails[core] for core in queued]
+                       + [task for core, _ in tiles for task in graph.tile_slots[core]],
                        gemm.name)
 
     def _record(self, key: tuple, waited: int) -> _Recording:
-        spec, group, width, pattern, queued = key
+        spec, group, width, pattern, queued, tiles = key
         scratch = TaskGraph()
         for _ in range(waited):
             scratch.host(0, resource="none")
         for core in queued:
             scratch.dma_tails[core] = scratch.host(0, resource="none")
-        placeholders = waited + len(queued)
+        for core, used in tiles:
+            scratch.tile_slots[core] = [scratch.host(0, resource="none") for _ in range(used)]
+        placeholders = len(scratch)
         outputs = self.lower(scratch, spec, group, {core: list(ids) for core, ids in pattern},
                              width)
         ops: dict[int, int] = {}  # id(op) -> index in the recording's ops
@@ -126,13 +134,16 @@ class LoweringReplay:
         dma_out = {core: tail for core, tail in scratch.dma_tails.items() if tail >= placeholders}
         waiters = frozenset(index for index, task in enumerate(scratch.tasks[placeholders:])
                             if any(waited <= dep < placeholders for dep in task.deps))
-        return _Recording(placeholders, tasks, shared, outputs, dma_out, waiters)
+        return _Recording(placeholders, tasks, shared, outputs, dma_out,
+                          {core: list(used) for core, used in scratch.tile_slots.items()},
+                          waiters)
 
 
 def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: str
             ) -> dict[int, list[int]]:
     """Append ``recording``'s tasks to ``graph``, waiting for ``waited`` (the ids the
-    lowering waits for, then the DMA queues' last loads) and named after ``label``;
+    lowering waits for, the DMA queues' last loads, then the tile buffers' last users)
+    and named after ``label``;
     returns the outputs with real ids."""
     tasks = graph.tasks
     first = len(tasks)
@@ -158,4 +169,6 @@ def _replay(recording: _Recording, graph: TaskGraph, waited: list[int], label: s
             append(replace(record[3], deps=deps, name=name, id=task_id))
     for core, tail in recording.dma_out.items():
         graph.dma_tails[core] = where[tail]
+    for core, used in recording.tiles_out.items():
+        graph.tile_slots[core] = [where[task] for task in used]
     return {core: [where[i] for i in ids] for core, ids in recording.outputs.items()}

@@ -40,7 +40,7 @@ from npusim.strategies.npu.partition import Ports, tile_align, tile_extent, tile
 from npusim.workload.layer_ops import MoEExperts
 
 __all__ = ["ExpertPlacementConfig", "Assignment", "MoeRouting", "expert_placement",
-           "expert_plan_weights", "stream_gemm", "TileBuffers", "apply_capacity", "routing_trace", "COMBINE_FLOPS_PER_ELEMENT"]
+           "expert_plan_weights", "stream_gemm", "apply_capacity", "routing_trace", "COMBINE_FLOPS_PER_ELEMENT"]
 
 #: Weighted sum of the expert outputs: one multiply by the routing weight, one add.
 COMBINE_FLOPS_PER_ELEMENT = 2
@@ -232,27 +232,12 @@ class MoeRouting:
 
 
 # ----------------------------------------------------------------- shared lowering
-class TileBuffers:
-    """Double buffering of streamed weight tiles per core: a tile's load waits until
-    the tile two loads earlier on that core has been multiplied."""
-
-    def __init__(self):
-        self._used: dict[int, list[int]] = {}
-
-    def free_slot(self, core: int) -> list[int]:
-        used = self._used.get(core, [])
-        return [used[-2]] if len(used) >= 2 else []
-
-    def consumed(self, core: int, task: int) -> None:
-        self._used.setdefault(core, []).append(task)
-
-
-def stream_gemm(graph: TaskGraph, ports: Ports, buffers: TileBuffers, core: int, label: str,
+def stream_gemm(graph: TaskGraph, ports: Ports, core: int, label: str,
                 op: Op, in_hbm: bool, deps: list[int], tile_bytes: int,
                 array_cols: int = 0) -> list[int]:
     """GEMM ``op`` (``[m, k] @ W[k, n]``) whole on ``core``'s array; ``W`` resident in SRAM
-    or streamed from the core's HBM in column tiles of about ``tile_bytes``
-    (double-buffered).  Task names start with ``label``."""
+    or streamed from the core's HBM in column tiles of about ``tile_bytes`` through its
+    two tile buffers (:meth:`Ports.load_tile`).  Task names start with ``label``."""
     sa = f"core{core}.sa"
     if not in_hbm:
         return [graph.compute(sa, op, deps, f"{label}@core{core}")]
@@ -260,10 +245,9 @@ def stream_gemm(graph: TaskGraph, ports: Ports, buffers: TileBuffers, core: int,
     m, k, n, dtype = op.m, op.k, op.n, op.dtype_bytes
     per_tile = tile_extent(tile_bytes, k * dtype, tile_align(array_cols), array_cols)
     for t, cols in enumerate(tile_extents(n, per_tile)):
-        load = ports.load(core, k * cols * dtype, buffers.free_slot(core),
-                          f"{label}:load W.{t}@core{core}")
+        load = ports.load_tile(core, k * cols * dtype, (), f"{label}:load W.{t}@core{core}")
         task = graph.compute(sa, Op("gemm", m=m, k=k, n=cols, dtype_bytes=dtype, name=op.name),
                              deps + [load], f"{label}.{t}@core{core}")
-        buffers.consumed(core, task)
+        ports.tile_used(core, task)
         out.append(task)
     return out

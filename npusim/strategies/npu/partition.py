@@ -255,12 +255,17 @@ def grid_of(group: Group, rows: int = 0) -> tuple[tuple[int, ...], ...]:
 
 class Ports:
     """Serialises each core's NoC sends (one injection port, per operator) and HBM loads
-    (one DMA queue per core for the whole graph, ``graph.dma_tails``).
+    (one DMA queue per core for the whole graph, ``graph.dma_tails``), and gives tile
+    loads one of the core's two tile buffers (``graph.tile_slots``).
 
     Every send/load depends on the previous one issued by the same core, in creation
     order; creation order is topological, so this adds no cycle.  Loads queue across
     operators: without that, every operator's first tiles would be issued at once at
-    the start of a stage, ahead of the tiles the first operator still needs."""
+    the start of a stage, ahead of the tiles the first operator still needs.  Tile
+    buffers are shared across operators and between weight and spilled-KV tiles for
+    the same reason they are sized once: the SRAM plan reserves two tiles per core
+    (``llm_memory.STREAM_BUFFERS``), so the next operator's first tile may load only
+    once the tile two loads back has been used, not into a third buffer."""
 
     def __init__(self, graph: TaskGraph, load_chunk_bytes: int = 0):
         self.graph = graph
@@ -284,6 +289,20 @@ class Ports:
                                   chunk_bytes=self.load_chunk_bytes)
         tails[core] = tid
         return tid
+
+    def load_tile(self, core: int, size_bytes: int, deps: Sequence[int], name: str) -> int:
+        """A load into one of ``core``'s two tile buffers: it also waits until the tile
+        loaded two tile loads earlier has been used (:meth:`tile_used`)."""
+        used = self.graph.tile_slots.get(core)
+        free = [used[-2]] if used and len(used) >= 2 else []
+        return self.load(core, size_bytes, list(deps) + free, name)
+
+    def tile_used(self, core: int, task: int) -> None:
+        """``task`` is the last to use the tile ``core`` loaded last (call once per
+        :meth:`load_tile`, in the same order)."""
+        used = self.graph.tile_slots.setdefault(core, [])
+        used.append(task)
+        del used[:-2]
 
 
 def _unique(ids: Sequence[int]) -> list[int]:

@@ -26,8 +26,9 @@ So K beats M/N (``(P-1)/P * k * n * b``) on communication when ``2 m < k``, and 
 multiplies all ``m`` rows (a long stream on a weight-stationary array), which is why it
 wins for short sequences (chunked prefill, NpuSim §5.4, Fig. 9).
 
-Weights in HBM are streamed by the DMA tile by tile into two tile buffers (tile ``t``
-loads once tile ``t - 2`` has been multiplied).  Assumption: the input slice
+Weights in HBM are streamed by the DMA tile by tile into the core's two tile buffers
+(a tile loads once the tile two loads back, maybe the previous operator's, has been
+multiplied).  Assumption: the input slice
 ``A[:, K_i]`` is already on core ``i`` (the previous operator leaves it there).
 """
 
@@ -76,7 +77,6 @@ class KPartition:
         tiles = [tile_extents(cols, per_tile) for cols in blocks]
         ports = Ports(graph, gemm.stream_chunk_bytes)
         outputs: dict[int, list[int]] = {core: [] for core in ring}
-        computes: dict[int, list[int]] = {core: [] for core in ring}
         carried: dict[tuple[int, int], int] = {}  # (position, tile) -> running-sum task
         for s in range(tp):
             sent: dict[tuple[int, int], int] = {}
@@ -85,13 +85,12 @@ class KPartition:
                 for t, cols in enumerate(tiles[block]):
                     ready = list(deps.get(core, ()))
                     if gemm.weights_in == "hbm":
-                        done = computes[core]
-                        free = done[-2:-1]  # two tile buffers: reuse tile t-2's
-                        ready.append(ports.load(core, k_parts[p] * cols * eb, free,
-                                                f"{label}:load W{block}.{t}@core{core}"))
+                        ready.append(ports.load_tile(core, k_parts[p] * cols * eb, (),
+                                                     f"{label}:load W{block}.{t}@core{core}"))
                     cid = graph.compute(f"core{core}.sa", gemm_op(gemm, gemm.m, k_parts[p], cols),
                                         ready, f"{label}:rs{s} blk{block}.{t}@core{core}")
-                    computes[core].append(cid)
+                    if gemm.weights_in == "hbm":
+                        ports.tile_used(core, cid)
                     acc = cid
                     if s > 0:
                         incoming = carried[((p - 1) % tp, t)]

@@ -15,8 +15,7 @@ from npusim.core.errors import MappingError
 from npusim.mapping.taskgraph import Op, TaskGraph
 from npusim.strategies.npu.heads import head_split, kv_bytes_on_core
 from npusim.strategies.npu.llm_memory import StagePlan
-from npusim.strategies.npu.moe_mapping import (MoeRouting, TileBuffers, expert_placement,
-                                               stream_gemm)
+from npusim.strategies.npu.moe_mapping import MoeRouting, expert_placement, stream_gemm
 from npusim.strategies.npu.partition import (GemmSpec, Ports, shared_gemm, tile_align, tile_extent,
                                              tile_extents)
 from npusim.strategies.npu.placement import Group
@@ -93,9 +92,6 @@ class StageBuilder:
         self.moe_routing = MoeRouting(model, config) if model.is_moe else None
         self.moe_placement = expert_placement(config) if model.is_moe else None
         self.token_start = 0
-        # Spilled KV is double-buffered per core like streamed weight tiles: a KV load
-        # waits until the attention two loads back has used its buffer (one per graph).
-        self._kv_buffers = TileBuffers()
 
     def array_cols(self, group: Group) -> int:
         """Columns of the systolic arrays of ``group`` (its cores share one kind: a
@@ -109,7 +105,6 @@ class StageBuilder:
         graph = TaskGraph(name=name)
         self.chunks = chunks
         self.token_start = token_start
-        self._kv_buffers = TileBuffers()
         ready = self._entry(graph, group, previous, chunks)
         for layer in plan.layers:
             ready = self._layer(graph, group, plan, chunks, layer, ready)
@@ -196,7 +191,6 @@ class StageBuilder:
         shift = plan.layers.start - first_layer
         graph = TaskGraph(name=name)
         self.chunks = chunks
-        self._kv_buffers = TileBuffers()
         ready: Ready = {core: [] for core in group.cores}
         produced: dict[str, Ready] = {}
         for item in items:
@@ -383,13 +377,13 @@ class StageBuilder:
                             kv_heads: int, hbm_bytes: int, ports: Ports, tag: str,
                             deps: list[int]) -> list[int]:
         """``share`` (QK^T or AV of one core) with the spilled keys or values streamed
-        from HBM in tiles of about ``weight_tile_bytes``, double-buffered per core like
-        weight tiles: one GEMM per tile, each waiting for its tile's load, and one more
-        for the keys already in SRAM (the new tokens' and the cached ones SRAM holds),
-        which needs no load and takes the array while a tile is still on its way.  The
-        loads go through the core's one DMA
-        queue in program order, and a load waits until the tile two loads back has been
-        used (``_kv_buffers``): loaded whole, one attention's spilled KV would need as
+        from HBM in tiles of about ``weight_tile_bytes`` through the core's two tile
+        buffers, which weight tiles also use: one GEMM per tile, each waiting for its
+        tile's load, and one more for the keys already in SRAM (the new tokens' and the
+        cached ones SRAM holds), which needs no load and takes the array while a tile is
+        still on its way.  The loads go through the core's one DMA queue in program
+        order, and a load waits until the tile two loads back has been used
+        (:meth:`Ports.load_tile`): loaded whole, one attention's spilled KV would need as
         much SRAM as it has bytes (tens of MiB for a decode batch with long contexts),
         and its computation could not start before the last byte arrived.  Cut along
         the keys (QK^T's columns, AV's reduction rows) at array-aligned multiples, so the
@@ -415,11 +409,10 @@ class StageBuilder:
         for index, extent in enumerate(tile_extents(streamed_keys, per_tile)):
             size = min(remaining, extent * per_key)
             remaining -= size
-            load = ports.load(core, size, self._kv_buffers.free_slot(core),
-                              f"{tag}:load KV.{index}@core{core}")
+            load = ports.load_tile(core, size, (), f"{tag}:load KV.{index}@core{core}")
             compute = graph.compute(sa, tile_op(extent), deps + [load],
                                     f"{tag}.{index}@core{core}")
-            self._kv_buffers.consumed(core, compute)
+            ports.tile_used(core, compute)
             computes.append(compute)
         if keys > streamed_keys:  # the new tokens' keys and the cached keys SRAM holds
             computes.append(graph.compute(sa, tile_op(keys - streamed_keys), deps,
@@ -467,7 +460,7 @@ class StageBuilder:
         count = len(cores.cores)
         # Weights not resident stream from each core's HBM in double-buffered column
         # tiles, as a stage's GEMMs do, so their loads overlap the head's compute.
-        ports, buffers = Ports(graph, self.config.stream_chunk_bytes), TileBuffers()
+        ports = Ports(graph, self.config.stream_chunk_bytes)
         streamed = not plan.lm_head_in_sram and self.has_hbm
         array_cols = self.array_cols(cores)
         for core in cores.cores:
@@ -478,7 +471,7 @@ class StageBuilder:
                                     dtype_bytes=dtype, name="final_norm"),
                                  [start], f"final_norm@core{core}")
             columns = -(-head.op.n // count)
-            stream_gemm(graph, ports, buffers, core, "lm_head",
+            stream_gemm(graph, ports, core, "lm_head",
                         Op("gemm", m=rows, k=hidden, n=columns, dtype_bytes=dtype,
                            name="lm_head"), streamed, [task], self.config.weight_tile_bytes,
                         array_cols)
