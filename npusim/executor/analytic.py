@@ -70,7 +70,6 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     unit_free: dict[str, int] = {}
     free_get = unit_free.get
     pop, push = heapq.heappop, heapq.heappush
-    heappush, heappop = push, pop
     # Counters are added once per distinct (unit, op) and per distinct transfer shape at
     # the end rather than per task: integer sums, so the totals are the same.
     # ``computes[(unit, id(op))] = [duration, occurrences, unit, op, port, stalled]``
@@ -91,6 +90,17 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     # the unit's wake-up when it is free.
     lines: dict[str, list[int]] = {}
     woken: dict[str, int] = {}
+
+    def wait_in_line(unit: str, task_id: int, free_at: int) -> None:
+        """``task_id`` waits for ``unit``, busy until ``free_at`` (or with a line)."""
+        line = lines.get(unit)
+        if line is None:
+            line = lines[unit] = []
+        push(line, task_id)
+        if unit not in woken:  # the line's wake-up, when the unit is free
+            woken[unit] = task_id
+            push(heap, free_at * count + task_id)
+
     # Streams paced by another resource (a tile from HBM through the SRAM, a compute op's
     # operands on a shared port): per resource, ``[start, end, share]`` of each, using
     # ``share`` of its bandwidth over ``[start, end)`` instead of holding it whole.
@@ -115,7 +125,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                       else host_resource(task) if kind is HostTask else None)
             if holder is not None and woken.get(holder) == task_id:
                 del woken[holder]
-                task_id = heappop(lines[holder])
+                task_id = pop(lines[holder])
                 task, taken = tasks[task_id], True
                 kind = type(task)
         ready = ready_at[task_id]
@@ -143,12 +153,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             # ahead of transfers that become ready before the op starts.
             line = lines.get(unit)
             if not taken and (line or start > ready):
-                if line is None:
-                    line = lines[unit] = []
-                heappush(line, task_id)
-                if unit not in woken:
-                    woken[unit] = task_id
-                    push(heap, start * count + task_id)
+                wait_in_line(unit, task_id, start)
                 continue
             if port is not None:
                 # The operands queue behind earlier transfers on the port, and the op
@@ -249,12 +254,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                     start = ready
                 line = lines.get(resource)
                 if not taken and (line or start > ready):
-                    if line is None:
-                        line = lines[resource] = []
-                    heappush(line, task_id)
-                    if resource not in woken:
-                        woken[resource] = task_id
-                        push(heap, start * count + task_id)
+                    wait_in_line(resource, task_id, start)
                     continue
             duration = task.duration_ps
             if resource:
