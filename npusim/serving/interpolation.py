@@ -30,25 +30,29 @@ def _axis(value: int, step: int) -> tuple[tuple[int, int], ...]:
     return ((low + step - value, low), (value - low, low + step))
 
 
-def decode_corners(count: int, total: int, bucket: int, points_per_octave: int
-                   ) -> tuple[list[tuple[int, int, int]], int] | None:
+def decode_corners(count: int, total: int, bucket: int, points_per_octave: int,
+                   max_count: int | None = None) -> tuple[list[tuple[int, int, int]], int] | None:
     """Grid shapes and weights that interpolate a decode batch of ``count`` sequences
     reading ``total`` keys: ``([(weight, count_i, total_i), ...], denominator)``, or
     ``None`` if the batch is not interpolated (a single sequence, whose attention is
     not merged, or contexts too short for the total grid: a grid shape would have a
     sequence without a single token of context).
 
-    The count grid is the powers of two; the total grid has ``points_per_octave``
-    points per octave of ``total``, spaced at least ``bucket`` tokens apart.
+    The count grid is the powers of two and ``max_count`` (the most sequences one
+    iteration decodes), so no grid shape is a batch the replica never runs, whose
+    activations its buffers are not sized for; the total grid has
+    ``points_per_octave`` points per octave of ``total``, spaced at least ``bucket``
+    tokens apart.
     """
     if count < 2 or total < count:
         return None
     low = 1 << (count.bit_length() - 1)
-    if low == count:
+    high = 2 * low if max_count is None or max_count <= low else min(2 * low, max_count)
+    if count in (low, high):
         counts, count_denominator = ((1, count),), 1
     else:
-        counts = tuple((weight, low + offset) for weight, offset in _axis(count - low, low))
-        count_denominator = low
+        counts = ((high - count, low), (count - low, high))
+        count_denominator = high - low
     step = max(bucket, (1 << (total.bit_length() - 1)) // points_per_octave, 1)
     totals = _axis(total, step)
     if totals[0][1] < counts[-1][1]:

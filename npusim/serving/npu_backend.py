@@ -50,6 +50,9 @@ class Replica:
     #: Segments per batch shape (and granularity): iterations repeat shapes thousands
     #: of times, and the segment objects depend on nothing else.
     _segments: dict = field(default_factory=dict, repr=False)
+    #: Most sequences one decode iteration takes (the scheduler's ``decode_slots``):
+    #: the top of the decode interpolation grid.
+    max_decode_count: int | None = None
     _stage_lists: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -103,7 +106,7 @@ class Replica:
         corners = None
         if grid is not None and all(e.is_decode for e in entries):
             count, total = len(entries), sum(e.context_len for e in entries)
-            corners = decode_corners(count, total, bucket, grid)
+            corners = decode_corners(count, total, bucket, grid, self.max_decode_count)
         if corners is None:
             chunks = _bucketed(entries, bucket)
             cache_key: tuple = (granularity, token_grid, _shape_key(chunks))
@@ -436,7 +439,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
     plans = plan_stages(device, model, shim, ranges, groups, everyone, kv_sram_tokens=kv_sram_tokens)
     builder = StageBuilder(device, model, shim, get_partition(config.partition), device.config.noc.width,
                        kv_dtype, merge_decode=True, key_ids=key_ids)
-    return Replica(index, role, groups, plans, builder, model, key_ids)
+    return Replica(index, role, groups, plans, builder, model, key_ids,
+                   max_decode_count=scheduler.decode_slots)
 
 
 def kv_transfer_graph(source: Replica, target: Replica, tokens: int, kv_bytes_per_token_layer: int

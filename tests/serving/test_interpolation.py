@@ -30,6 +30,38 @@ def test_corners_reproduce_the_batch_as_their_weighted_mean(count, total):
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("count,total,limit", [(5, 12155, 5), (40, 56000, 48), (47, 70000, 48),
+                                               (3, 3000, 5), (40, 56000, 64)])
+def test_the_count_grid_stops_at_the_most_sequences_an_iteration_decodes(count, total, limit):
+    # A grid shape above the limit would time a batch the replica never runs (8
+    # sequences for a 5-sequence batch when at most 5 decode at once), with more
+    # activations than its buffers are sized for.
+    corners, denominator = decode_corners(count, total, 64, 4, max_count=limit)
+    counts = sorted({c for _, c, _ in corners})
+    assert max(counts) <= limit
+    assert sum(w * c for w, c, _ in corners) == count * denominator
+    assert sum(w * t for w, _, t in corners) == total * denominator
+    low = 1 << (count.bit_length() - 1)
+    assert counts == ([count] if count in (low, limit) else [low, min(2 * low, limit)])
+
+
+@pytest.mark.component
+def test_a_replica_interpolates_decode_batches_below_its_decode_slots(monkeypatch):
+    scenario = _as_scenario(FUSION, ["run.trace=false", "workload.scheduler.max_batch_size=5"])
+    device = build_device(scenario.hw)
+    replica = registry.lookup("workload", "serving").impl(device, config=scenario.workload).replicas[0]
+    assert replica.max_decode_count == 5
+    seen = []
+    blended = replica._blended
+    monkeypatch.setattr(replica, "_blended",
+                        lambda corners, *rest: seen.append(corners) or blended(corners, *rest))
+    entries = [Entry(RequestState(Request(f"d{i}", 0, 2400, 8)), 1, 2400 + 37 * i, True)
+               for i in range(5)]
+    replica.segments(entries, 64, "part", 4)
+    assert seen and {count for _, count, _ in seen[0]} == {5}  # not 4 and 8
+
+
+@pytest.mark.unit
 def test_a_batch_on_the_grid_is_its_own_single_corner():
     assert decode_corners(4, 2048, 64, 4) == ([(512, 4, 2048)], 512)
 
