@@ -47,12 +47,12 @@ class Replica:
     #: by the replicas of one simulation: the memo hashes an int instead of a nested
     #: tuple on each of the hundreds of thousands of lookups of a serving run.
     key_ids: dict = field(default_factory=dict)
-    #: Segments per batch shape (and granularity): iterations repeat shapes thousands
-    #: of times, and the segment objects depend on nothing else.
-    _segments: dict = field(default_factory=dict, repr=False)
     #: Most sequences one decode iteration takes (the scheduler's ``decode_slots``):
     #: the top of the decode interpolation grid.
     max_decode_count: int | None = None
+    #: Segments per batch shape (and granularity): iterations repeat shapes thousands
+    #: of times, and the segment objects depend on nothing else.
+    _segments: dict = field(default_factory=dict, repr=False)
     _stage_lists: dict = field(default_factory=dict, repr=False)
 
     @property
