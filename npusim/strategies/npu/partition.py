@@ -262,10 +262,10 @@ class Ports:
     order; creation order is topological, so this adds no cycle.  Loads queue across
     operators: without that, every operator's first tiles would be issued at once at
     the start of a stage, ahead of the tiles the first operator still needs.  Tile
-    buffers are shared across operators and between weight and spilled-KV tiles for
-    the same reason they are sized once: the SRAM plan reserves two tiles per core
-    (``llm_memory.STREAM_BUFFERS``), so the next operator's first tile may load only
-    once the tile two loads back has been used, not into a third buffer."""
+    buffers are shared across operators and between weight and spilled-KV tiles because
+    the SRAM plan reserves two tiles per core (``llm_memory.STREAM_BUFFERS``): the next
+    operator's first tile loads once the tile two loads back has been used, not into a
+    third buffer."""
 
     def __init__(self, graph: TaskGraph, load_chunk_bytes: int = 0):
         self.graph = graph
