@@ -43,7 +43,7 @@ def blend_runs(parts: list[tuple[int, SegmentRun]], denominator: int, events: in
     makespan = _mean([(weight, run.makespan_ps) for weight, run in parts], denominator)
     extra: dict = {}
     if all("prefetched_ps" in run.extra for _, run in parts):  # parts of a chain
-        for name in ("prefetch_ps", "prefetched_ps", "last_load_ps"):
+        for name in ("prefetch_ps", "prefetched_ps", "last_load_ps", "tile_free_ps"):
             extra[name] = _mean([(weight, run.extra.get(name, 0)) for weight, run in parts],
                                 denominator)
     # A part may itself be composite (a chain): the session hands counts down level by
@@ -67,8 +67,11 @@ def chain_runs(parts: list[SegmentRun], events: int = 0, transactions: int = 0) 
     part's other loads wait for its computation (a tile buffer to free up); the loads
     of the parts after it queue behind them on the core's one DMA queue, as in the stage
     graph, from when the last of them ends (``extra["last_load_ps"]``, in its run with
-    the prefetchable loads done, placed to end with the part).  A part without these
-    keys gets no head start.  Counters are the parts'
+    the prefetchable loads done, placed to end with the part).  Its first loads also
+    wait for a tile buffer: the core has two, shared with the parts before it, so they
+    start no earlier than the use of the tile before the last one those parts loaded
+    has ended (``extra["tile_free_ps"]`` of a part, placed likewise).  A part without
+    these keys gets no head start.  Counters are the parts'
     (``extra["blend"]`` with weight 1); ``extra["chain"]`` lists ``(offset, run, head
     start)`` of every part: where its own schedule starts and the head start its loads
     have (a traced part is timed again with that head start for its task rows)."""
@@ -92,6 +95,11 @@ def chain_runs(parts: list[SegmentRun], events: int = 0, transactions: int = 0) 
             # Its other loads wait for its computation (a tile buffer freed) and hold the
             # core's one DMA queue until then: the next part's loads queue behind them.
             loads_done = max(loads_done, end - run.extra["prefetched_ps"] + last_load)
+        tile_free = run.extra.get("tile_free_ps", 0)
+        if tile_free:
+            # The next part's first tile goes into the buffer of this part's tile before
+            # its last, once that tile has been used (Ports.load_tile in a stage graph).
+            loads_done = max(loads_done, end - run.extra["prefetched_ps"] + tile_free)
     counted = tuple((1, 1, run) for run in parts)
     return SegmentRun(None, [], [end], {},  # type: ignore[arg-type]
                       events=events, transactions=transactions,

@@ -100,15 +100,19 @@ class Session:
     def _measure_prefetch(self, graph: TaskGraph, run: SegmentRun) -> None:
         """Put the prefetch profile of ``graph`` (timed as ``run``) in ``run.extra``: when
         its prefetchable loads end (``prefetch_ps``), its makespan with them already
-        done (``prefetched_ps``, a second run of the graph without them) and when its
-        other off-chip loads end in that run (``last_load_ps``, 0 without any), for
+        done (``prefetched_ps``, a second run of the graph without them), when its
+        other off-chip loads end in that run (``last_load_ps``, 0 without any) and when
+        the first of its core's two tile buffers is free for the next part's loads in
+        that run (``tile_free_ps``: the end of the use of the tile before its last, on
+        the core where that is latest; 0 if no core loads two tiles), for
         :func:`~npusim.executor.blend.chain_runs`.  A load is prefetchable if it reads
         an off-chip memory and waits only for other prefetchable loads; the others wait
         for computation (a tile buffer to free up), so they pace the part's DMA queue."""
         flags = self._prefetchable(graph)
         if not any(flags):
             run.extra.update(prefetch_ps=0, prefetched_ps=run.makespan_ps,
-                             last_load_ps=self._last_load_end(graph, run, flags))
+                             last_load_ps=self._last_load_end(graph, run, flags),
+                             tile_free_ps=_tile_free(graph, run))
             return
         loaded = TaskGraph(name=graph.name)
         loaded.tasks = [HostTask(0, "none", task.deps, task.name, task.id) if flag else task
@@ -117,7 +121,8 @@ class Session:
         run.events += warm.events  # the simulator's work, not the hardware's
         run.extra.update(prefetch_ps=max(end for flag, end in zip(flags, run.ends) if flag),
                          prefetched_ps=warm.makespan_ps,
-                         last_load_ps=self._last_load_end(loaded, warm, flags))
+                         last_load_ps=self._last_load_end(loaded, warm, flags),
+                         tile_free_ps=_tile_free(graph, warm))
 
     def _last_load_end(self, graph: TaskGraph, run: SegmentRun, prefetchable: list[bool]) -> int:
         """When the last off-chip load of ``graph`` that is not prefetchable ends in
@@ -384,3 +389,11 @@ def busy_by_op(run: SegmentRun) -> dict[str, int]:
 def _without_layer(op: str) -> str:
     """``L3.q_proj`` -> ``q_proj``."""
     return _LAYER_PREFIX.sub("", op)
+
+
+def _tile_free(graph: TaskGraph, run: SegmentRun) -> int:
+    """When, in ``run`` of ``graph``, the first of a core's two tile buffers is free for
+    what follows the graph: the end of the use of the tile before the last, latest over
+    the cores that loaded at least two tiles (0 if none did)."""
+    return max((run.ends[used[-2]] for used in graph.tile_slots.values() if len(used) >= 2),
+               default=0)

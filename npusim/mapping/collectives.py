@@ -50,6 +50,10 @@ def expand_collectives(graph: TaskGraph, reduce_unit: ReduceUnit,
                                                   task.name, task.pattern, task.chunk_bytes))
         else:
             remap[task.id] = out.add(HostTask(task.duration_ps, task.resource, deps, task.name))
+    # The DMA queues and tile buffers name tasks: they follow them to their new ids.
+    out.dma_tails = {core: remap[task] for core, task in graph.dma_tails.items()}
+    out.tile_slots = {core: [remap[task] for task in used]
+                      for core, used in graph.tile_slots.items()}
     return out
 
 

@@ -148,7 +148,8 @@ class TaskGraph:
     dma_tails: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     #: While a graph is built: per core, the tasks that used the last two tiles loaded
     #: into its two tile buffers (weight tiles and spilled-KV tiles share them, across
-    #: operators), so a load waits until the tile two loads back has been used.
+    #: operators), so a load waits until the tile two loads back has been used.  Once
+    #: built, a chain part's prefetch profile reads when its last tiles were used.
     tile_slots: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, task: Task) -> int:

@@ -135,6 +135,23 @@ def test_a_parts_paced_loads_hold_the_dma_queue_for_the_parts_after_it():
     assert blended.extra["last_load_ps"] == 450
 
 
+@pytest.mark.unit
+def test_a_parts_first_loads_wait_for_a_tile_buffer_the_part_before_it_frees():
+    # A compute-bound dense part whose tile before the last is in use until 900 ps of
+    # its 950 ps warm schedule: the core's two tile buffers are shared with the next
+    # part, whose first KV tile can load only once that tile has been used.
+    dense = SegmentRun(None, [], [1000], {},
+                       extra={"prefetch_ps": 100, "prefetched_ps": 950, "tile_free_ps": 900})
+    attention = SegmentRun(None, [], [500], {}, extra={"prefetch_ps": 300, "prefetched_ps": 200})
+    run = chain_runs([dense, attention])
+    assert run.makespan_ps == (1000 - 950 + 900) + 500 == 1450
+    assert [(offset, head) for offset, _, head in run.extra["chain"]] == [(0, 0), (950, 50)]
+    # Without the buffer the loads would start after the dense part's own (100 ps).
+    free = SegmentRun(None, [], [1000], {}, extra={"prefetch_ps": 100, "prefetched_ps": 950})
+    assert chain_runs([free, attention]).makespan_ps == 1200
+    assert blend_runs([(1, dense), (3, free)], 4).extra["tile_free_ps"] == 225
+
+
 def _replica_and_session():
     scenario = _as_scenario(FUSION, ["run.trace=false"])
     device = build_device(scenario.hw)
@@ -282,6 +299,27 @@ def test_spilled_kv_queues_on_the_dma_and_parts_chain_to_the_stage():
     _, _, chain = replica._stage_segments(chunks, "part")[1]
     stage_ps, chain_ps = session.time(stage)[0].makespan_ps, session.time(chain)[0].makespan_ps
     assert abs(chain_ps / stage_ps - 1) < 0.01
+
+
+@pytest.mark.component
+def test_a_chain_waits_for_the_tile_buffers_the_stage_graph_waits_for():
+    # The disaggregated decode replica with 24 MiB per core streams its weights: at each
+    # cut the next part's first tile goes into the buffer of the tile before the last,
+    # once that is used.  A chain that started those loads with the queue alone was
+    # 0.20% faster than the stage on two 4,600-token decodes (measured 2026-11-28).
+    scenario = _as_scenario("workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml",
+                            ["run.trace=false", "hw.core.sram.capacity_bytes=24MiB"])
+    device = build_device(scenario.hw)
+    driver = registry.lookup("workload", "serving").impl(device, config=scenario.workload)
+    replica = next(r for r in driver.replicas if r.role == "decode")
+    session = Session(device, "analytic", 0, True, False)
+    entries = _decodes([4600, 4600])
+    (_, _, stage), (_, _, chain) = (replica.segments(entries, 64, "stage")[0],
+                                    replica.segments(entries, 64, "part")[0])
+    stage_ps, chain_run = session.time(stage)[0].makespan_ps, session.time(chain)[0]
+    assert abs(chain_run.makespan_ps / stage_ps - 1) < 0.0005
+    profiles = [run.extra for _, _, run in chain_run.extra["blend"]]
+    assert any(0 < extra["tile_free_ps"] <= extra["prefetched_ps"] for extra in profiles)
 
 
 @pytest.mark.component

@@ -49,6 +49,21 @@ def test_ring_allgather_expands_to_p_minus_1_steps_per_member():
     assert all(len(t.deps) == 1 and isinstance(out.tasks[t.deps[0]], TransferTask) for t in step1)
 
 
+def test_expansion_keeps_the_dma_queues_and_tile_buffers_on_their_tasks():
+    # A chain part's prefetch profile reads when its last tiles were used, from the
+    # expanded graph: the recorded ids must follow the tasks they name.
+    graph = TaskGraph()
+    start = graph.host(0, name="start")
+    gathered = graph.collective("allgather", ["core0", "core1"], 4096, [start])
+    load = graph.transfer("core0.hbm", "core0.sram", 64, [gathered], "tile")
+    use = graph.host(5, [load], "use")
+    graph.dma_tails[0], graph.tile_slots[0] = load, [gathered, use]
+    out = expand_collectives(graph, lambda endpoint: None)
+    assert out.tasks[out.dma_tails[0]].name == "tile"
+    assert [out.tasks[task].name for task in out.tile_slots[0]] == [out.tasks[-3].name, "use"]
+    assert out.tile_slots[0][0] != gathered  # the collective became several tasks
+
+
 def test_broadcast_is_a_binomial_tree_of_log2_rounds():
     # It was a store-and-forward chain: P - 1 rounds of the whole message (63 for the
     # LM head's broadcast over 64 cores).
