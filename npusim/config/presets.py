@@ -63,23 +63,46 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_yaml_int(self, node):
         # Python refuses to convert integer text of more than 4300 digits (a ValueError
         # deep in PyYAML); no parameter needs more than a few dozen.
-        digits = sum(ch.isdigit() for ch in str(node.value))
+        text = str(self.construct_scalar(node)).replace("_", "")
+        digits = sum(ch.isdigit() for ch in text)
         if digits > MAX_INTEGER_DIGITS:
             raise yaml.constructor.ConstructorError(
                 None, None, f"an integer of {digits} digits; expected at most "
                 f"{MAX_INTEGER_DIGITS}", node.start_mark)
-        return super().construct_yaml_int(node)
+        # YAML 1.2: a leading zero is still decimal (PyYAML's 1.1 reads 010 as octal 8);
+        # octal and hexadecimal need 0o and 0x.
+        sign = -1 if text[0] == "-" else 1
+        body = text.lstrip("+-")
+        if body[:2] in ("0o", "0x"):
+            return sign * int(body[2:], 8 if body[1] == "o" else 16)
+        return sign * int(body, 10)
 
 
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
-# YAML 1.1 (PyYAML) reads a float only with a decimal point and a signed exponent, so
-# `1e3`, `2.5e9` and `1e+3` would reach the schema as text and fail as "not a number";
-# YAML 1.2, JSON and Python read them as floats, as users expect.  Added after the
-# standard resolvers, so only text that is not already an int or a float is affected.
+# Plain scalars are typed by the YAML 1.2 core schema, as the docs and JSON users
+# expect, not by PyYAML's YAML 1.1 rules, which silently change values: 010 is octal 8,
+# 1:30 is base 60 (90), 0b11 is 3, and yes/no/on/off are booleans (a model named `no`
+# became False).  Such text now stays a string, so a number field rejects it by name.
+# Underscores between digits are still accepted (1_000_000, as in Python).
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
+                           "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+_UniqueKeyLoader.add_implicit_resolver(  # before floats: an integer matches both
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?[0-9][0-9_]*|[-+]?0o[0-7_]+|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+# Floats as YAML 1.2 and JSON write them: `1e3`, `.5`, `2.` (YAML 1.1 needed a decimal
+# point and a signed exponent, so `1e3` reached the schema as text).
 _UniqueKeyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+    re.compile(r"^(?:[-+]?(?:\.[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
 
 #: Longest integer text a config, trace or model file may hold (Python's own limit for
 #: converting text to int is 4300 digits).

@@ -293,7 +293,9 @@ def render() -> str:
         "Conventions: unit strings are parsed once at load (sizes `64MiB`, times `15ns`, "
         "frequencies `500MHz`, bandwidths `460GB/s` or `16Gb/s`); inside, fields hold integer "
         "picoseconds, bytes, hertz and bytes per second, and field names carry their unit. "
-        "Numbers with an exponent read as in YAML 1.2 and JSON (`1e9`, not only `1.0e+9`); "
+        "Plain values are typed as in YAML 1.2 and JSON, not PyYAML's YAML 1.1: `1e9` is a "
+        "number (not only `1.0e+9`), `010` is 10 (not octal 8; write `0o10`), and `1:30`, "
+        "`0b11` and `yes`/`no`/`on`/`off` stay text (booleans are `true`/`false`); "
         "an integer field takes `4e0` but not `2.5`. Unknown keys are rejected. Any mapping "
         "may start from `preset: NAME` (a file under `hwconfigs/`) and override keys. See [cli.md](cli.md) for `--set` overrides.", "",
         "## Contents", "",

@@ -79,6 +79,29 @@ def test_exponents_without_a_decimal_point_are_numbers(text, number):
     assert parse_yaml("1000") == 1000 and isinstance(parse_yaml("1000"), int)
 
 
+@pytest.mark.parametrize("text, value", [("010", 10), ("0o10", 8), ("0x1F", 31), ("1_000", 1000),
+                                         (".5", 0.5), ("1:30", "1:30"), ("0b11", "0b11"),
+                                         ("no", "no"), ("on", "on"), ("true", True),
+                                         ("False", False)])
+def test_plain_scalars_are_typed_by_yaml_1_2_not_1_1(text, value):
+    # PyYAML's YAML 1.1 rules silently changed values: 010 was octal 8, 1:30 base 60
+    # (90), 0b11 binary 3, and a model named `no` became False.
+    from npusim.config.presets import parse_yaml
+
+    parsed = parse_yaml(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+def test_a_sexagesimal_looking_limit_is_rejected_by_name_not_read_as_90():
+    with pytest.raises(ConfigError, match=r"workload\.trace\.limit.*'1:30'"):
+        loader.load_scenario(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml",
+                             ["workload.trace.limit=1:30"])
+    scenario = loader.load_scenario(
+        REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml",
+        ["workload.trace.limit=010"])
+    assert scenario.workload.trace.limit == 10
+
+
 def test_an_exponent_fills_an_integer_field():
     scenario = loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml",
                                     ["hw.noc.width=4e0"])
