@@ -321,6 +321,7 @@ def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
             apply_override(data, parts, value, text)
+            _check_preset_not_shadowed(data, parts, value, text)
     data = resolve_presets(data, source)
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
@@ -328,6 +329,32 @@ def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -
         value = resolve_presets(value, "--set", format_path(parts))
         apply_override(data, parts, value, text)
     return data
+
+
+def _check_preset_not_shadowed(data: dict, parts: list, name: Any, text: str) -> None:
+    """Refuse ``--set PATH.preset=NAME`` when the mapping at PATH also sets every key the
+    preset gives: keys beside a preset override it, so the override would change nothing
+    (a full hardware description, from the scenario or ``--hw FILE``, has no preset)."""
+    node: Any = data
+    for part in parts[:-1]:
+        node = node[part]  # apply_override has just made or checked this path
+    if not isinstance(name, str):
+        return  # resolve_presets reports a preset that is not a name
+    try:
+        preset = load_preset(name)
+    except ConfigError:
+        return  # resolve_presets reports an unknown preset, with suggestions
+    if not isinstance(preset, dict):
+        return
+    keys = [key for key in preset if key != "preset"]
+    if keys and all(key in node for key in keys):
+        where = format_path(parts[:-1])
+        raise ConfigError("--set", [(format_path(parts), (
+            f"{text!r} changes nothing: {where} also sets every key that preset gives "
+            f"({', '.join(map(str, keys))}), and keys beside a preset override it; expected "
+            f"{where} to name its preset with few keys beside it, e.g. --set "
+            f"'{where}={{preset: {name}}}' to replace it whole (without --hw), or a --hw file "
+            f"holding preset: {name}"))])
 
 
 def load_scenario(path: str | Path, overrides: Iterable[str] = (),

@@ -51,6 +51,8 @@ TAIL_COLUMNS = ("error", "wall_time_s", "config_hash", "key", "npusim_version", 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 RESULTS_FILE = "results.parquet"
 MANIFEST_FILE = "manifest.json"
+#: What ``npusim run`` writes first in its output directory: a sweep refuses to share it.
+RUN_METRICS_FILE = "metrics.json"
 LOCK_FILE = ".sweep.lock"
 
 
@@ -231,9 +233,15 @@ class ResultStore:
             manifest = self.manifest()
         except StoreError:  # a damaged manifest: the run reports it, or rewrites it
             return
+        where = f"{option} {self.root}" if option else str(self.root)
+        if manifest is None and (self.root / RUN_METRICS_FILE).is_file():
+            # A single run's outputs: the sweep's files would be mixed in among them.
+            raise OutputError(f"{where}: holds the results of a single run "
+                              f"({RUN_METRICS_FILE}, written by npusim run); expected a new "
+                              "directory for the sweep, or a sweep's own directory to "
+                              "resume it")
         if manifest is None or manifest.get("sweep") in (None, name):
             return
-        where = f"{option} {self.root}" if option else str(self.root)
         raise OutputError(f"{where}: holds the results of sweep {manifest['sweep']!r} "
                           f"({len(manifest['points'])} points); this spec is {name!r}; "
                           "expected a new directory, or the same sweep to resume or extend "

@@ -89,6 +89,10 @@ UTF8_BOM = b"\xef\xbb\xbf"
 def _decoded(line: bytes, number: int, source: str) -> str:
     """Line ``number`` of a trace file as text; TraceError naming the line and the
     first byte that is not UTF-8."""
+    if b"\0" in line:  # a binary file: csv and json would read it as empty or garbled
+        column = len(line[:line.index(b"\0")].decode("utf-8", "replace")) + 1
+        raise TraceError(f"{source}:{number}: NUL byte at column {column}; expected a text "
+                         "trace file (CSV or JSONL), not binary data")
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -152,6 +156,10 @@ def _columns(header: list[str] | None, first: Row, source: str, fmt: str) -> dic
         # out (the first object's keys would otherwise hide later objects' priority).
         if optional in keys or header is None:
             columns[optional] = optional
+    if "id" not in keys and "request_id" in keys:
+        # The per-request table a run writes (requests.csv) names its ids request_id:
+        # fed back as a trace, its requests keep them.
+        columns["id"] = "request_id"
     return columns
 
 
@@ -228,15 +236,16 @@ def _build(parsed: tuple[list[str] | None, Iterator[Row]], source: str, fmt: str
                               high=MAX_REQUEST_TOKENS)
         priority = (integer_cell(row, "priority", loc, low=None, what="an integer")
                     if "priority" in columns and present(row.values.get("priority")) else 0)
-        if "id" in columns and present(row.values.get("id")):
-            raw_id = row.values["id"]
+        if "id" in columns and present(row.values.get(columns["id"])):
+            raw_id = row.values[columns["id"]]
             if isinstance(raw_id, (dict, list, bool)) or (isinstance(raw_id, float)):
-                raise TraceError(f"{loc}: column 'id': got {raw_id!r}; expected a string or integer")
+                raise TraceError(f"{loc}: column {columns['id']!r}: got {raw_id!r}; expected a "
+                                 "string or integer")
             request_id = str(raw_id)
         else:
             request_id = f"req-{len(requests)}"
         if request_id in ids:
-            raise TraceError(f"{loc}: column 'id': got {request_id!r}, already used at line "
+            raise TraceError(f"{loc}: column {columns['id']!r}: got {request_id!r}, already used at line "
                              f"{ids[request_id]}; expected unique ids")
         ids[request_id] = row.line
         hashes = hash_ids_cell(row, columns["hash_ids"], loc) if "hash_ids" in columns else ()

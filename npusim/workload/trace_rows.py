@@ -38,11 +38,13 @@ class Row:
 
 def csv_rows(lines: Iterable[str], source: str) -> tuple[list[str], Iterator[Row]]:
     """The header and the rows of CSV ``lines`` (read lazily, as the rows are taken)."""
-    reader = csv.reader(lines)
+    # Strict: a quote left open would otherwise swallow the rest of the file into one
+    # field (read as a header and no requests).
+    reader = csv.reader(lines, strict=True)
     try:
         header = [name.strip() for name in next(reader)]
     except csv.Error as exc:
-        raise TraceError(f"{source}:1: cannot parse the CSV header ({exc})") from None
+        raise TraceError(f"{source}:1: cannot parse the CSV header ({_csv_problem(exc)})") from None
     if len(set(header)) != len(header):
         dup = sorted({h for h in header if header.count(h) > 1})
         raise TraceError(f"{source}:1: header: column {dup[0]!r} appears twice; expected "
@@ -55,7 +57,8 @@ def csv_rows(lines: Iterable[str], source: str) -> tuple[list[str], Iterator[Row
             except StopIteration:
                 return
             except csv.Error as exc:
-                raise TraceError(f"{source}:{reader.line_num}: malformed CSV ({exc})") from None
+                raise TraceError(f"{source}:{reader.line_num}: malformed CSV "
+                                 f"({_csv_problem(exc)})") from None
             if not cells or all(not c.strip() for c in cells):
                 continue  # blank line
             if len(cells) != len(header):
@@ -64,6 +67,14 @@ def csv_rows(lines: Iterable[str], source: str) -> tuple[list[str], Iterator[Row
             yield Row(reader.line_num, dict(zip(header, (c.strip() for c in cells))))
 
     return header, rows()
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    """What a csv module error means, in the user's terms."""
+    if "unexpected end of data" in str(exc):
+        return ('a quoted field opened at or before this line is never closed; expected '
+                'a closing double quote ("), or no quote at the start of a cell')
+    return f"{exc}; expected comma-separated cells, quoted cells closed before the next comma"
 
 
 def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Iterator[Row]]:

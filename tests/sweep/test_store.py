@@ -206,6 +206,18 @@ def test_another_sweeps_directory_is_refused_the_same_sweep_may_come_back(tmp_pa
     assert store.manifest()["sweep"] == "grid"          # nothing was replaced
 
 
+def test_a_single_runs_output_directory_is_refused(tmp_path):
+    # npusim run wrote there: the sweep's manifest, parts and results would be mixed
+    # in among metrics.json and requests.csv.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text("{}")
+    store = ResultStore(tmp_path / "run")
+    with pytest.raises(OutputError, match=r"--out .*run: holds the results of a single run "
+                                          r"\(metrics.json"):
+        store.check_same_sweep("grid", "--out")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["metrics.json"]
+
+
 def test_whole_number_columns_stay_whole_when_earlier_rows_lack_them(tmp_path):
     # A directory that first held points without a column (a sweep without capacity:)
     # and then the same spec's points with it: once the old rows are filtered out by the

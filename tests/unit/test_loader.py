@@ -166,6 +166,19 @@ def test_preset_override_replaces_the_preset_before_resolution(tmp_path, monkeyp
     assert data["sram"] == {"banks": 8}
 
 
+def test_a_preset_override_that_every_sibling_key_shadows_is_refused():
+    # A full hardware file (--hw) sets every key the preset gives: the preset change was
+    # silently a no-op.  Naming the preset where it is the only key still works.
+    with pytest.raises(ConfigError, match=r"hw\.preset: 'hw\.preset=npu/small_core_256' "
+                                          r"changes nothing: hw also sets every key"):
+        loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml",
+                             ["hw.preset=npu/small_core_256"],
+                             hw_file=REPO_ROOT / "hwconfigs/npu/large_core_64.yaml")
+    scenario = loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml",
+                                    ["hw.preset=npu/small_core_256"])
+    assert scenario.hw.name == load_preset("npu/small_core_256")["name"]
+
+
 def test_a_relative_file_next_to_the_scenario_is_found_there(tmp_path):
     (tmp_path / "t.csv").write_text("arrival_ps,prompt_tokens,output_tokens\n0,4,4\n")
     scenario = tmp_path / "s.yaml"

@@ -238,6 +238,11 @@ INVALID_CSV = [
      "2000000000000,2.5,1,1\n", 3, "column 'arrival_s': got '2.5', but arrival_ps is "
      "2000000000000 (2 s)"),
     ("header only", HEADER, 1, "no requests"),
+    # Not "no requests": an open quote used to swallow the whole file into one header cell.
+    ("unclosed quote in the header", '"' + HEADER + "a,0,5,3\n", 1, "never closed"),
+    ("unclosed quote in a row", HEADER + 'a,0,5,3\n"b,1,5,3\nc,2,5,3\n', 4, "never closed"),
+    ("binary data", "\0\0\0", 1, "NUL byte at column 1"),
+    ("NUL in a row", HEADER + "a,0,5,3\nb,1,\x005,3\n", 3, "NUL byte at column 5"),
     ("empty", "", 1, "file is empty"),
     ("wrong field count", HEADER + "a,0,5\n", 2, "got 3 fields; expected 4"),
     ("bad seconds", "arrival_s,prompt_tokens,output_tokens\nsoon,1,1\n", 2, "'arrival_s': got 'soon'"),
@@ -263,6 +268,18 @@ def test_invalid_csv(tmp_path, name, text, line, fragment):
     assert message.startswith(f"{path}:{line}:"), message
     assert fragment in message, message
     assert "expected" in message
+
+
+def test_a_runs_requests_table_read_back_as_a_trace_keeps_its_ids(tmp_path):
+    # requests.csv names the ids request_id; read back, they were req-0, req-1, ...
+    path = tmp_path / "requests.csv"
+    path.write_text("request_id,arrival_ps,prompt_tokens,output_tokens,status\n"
+                    "alpha,0,50,5,finished\nbeta,1000,50,5,finished\n")
+    assert [r.request_id for r in read_trace(path)] == ["alpha", "beta"]
+    path.write_text("request_id,arrival_ps,prompt_tokens,output_tokens\nalpha,0,50,5\n"
+                    "alpha,1,50,5\n")
+    with pytest.raises(TraceError, match=r":3: column 'request_id': got 'alpha', already used"):
+        read_trace(path)
 
 
 INVALID_JSONL = [
