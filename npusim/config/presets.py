@@ -71,14 +71,41 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 f"{MAX_INTEGER_DIGITS}", node.start_mark)
         # YAML 1.2: a leading zero is still decimal (PyYAML's 1.1 reads 010 as octal 8);
         # octal and hexadecimal need 0o and 0x.
-        sign = -1 if text[0] == "-" else 1
-        body = text.lstrip("+-")
-        if body[:2] in ("0o", "0x"):
-            return sign * int(body[2:], 8 if body[1] == "o" else 16)
-        return sign * int(body, 10)
+        sign = -1 if text[:1] == "-" else 1
+        body = text[1:] if text[:1] in ("-", "+") else text
+        try:
+            if body[:2] in ("0o", "0x"):
+                return sign * int(body[2:], 8 if body[1] == "o" else 16)
+            return sign * int(body, 10)
+        except ValueError:  # only with an explicit !!int tag: the resolver checked the rest
+            raise yaml.constructor.ConstructorError(
+                None, None, f"!!int {text!r} is not an integer; expected decimal digits, or "
+                "0o / 0x followed by octal / hexadecimal digits", node.start_mark) from None
 
 
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+
+
+def _checked(construct, expected: str):
+    """PyYAML's constructor ``construct`` with a located YAML error instead of the
+    ValueError / KeyError it raises for an explicitly tagged value it cannot read
+    (``!!float abc``, ``!!bool maybe``): the resolvers never hand it such text."""
+    def constructor(loader, node):
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.tag.rsplit(':', 1)[-1]} {node.value!r}: expected "
+                f"{expected}", node.start_mark) from None
+    return constructor
+
+
+for _tag, _expected in (("float", "a number (1.5, 1e3, .inf, .nan)"),
+                        ("bool", "true or false"),
+                        ("timestamp", "a date or time such as 2023-11-16 18:15:46")):
+    _UniqueKeyLoader.add_constructor(
+        f"tag:yaml.org,2002:{_tag}",
+        _checked(yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{_tag}"], _expected))
 # Plain scalars are typed by the YAML 1.2 core schema, as the docs and JSON users
 # expect, not by PyYAML's YAML 1.1 rules, which silently change values: 010 is octal 8,
 # 1:30 is base 60 (90), 0b11 is 3, and yes/no/on/off are booleans (a model named `no`

@@ -1,5 +1,6 @@
 """Config loading: presets, overrides and error messages (independent of any device)."""
 
+import re
 from typing import Literal
 
 import pytest
@@ -90,6 +91,21 @@ def test_plain_scalars_are_typed_by_yaml_1_2_not_1_1(text, value):
 
     parsed = parse_yaml(text)
     assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("text, fragment", [("!!float abc", "float 'abc': expected a number"),
+                                            ("!!bool maybe", "bool 'maybe': expected true or false"),
+                                            ("!!int 0b11", "!!int '0b11' is not an integer"),
+                                            ("!!timestamp soon", "timestamp 'soon': expected a date")])
+def test_an_explicitly_tagged_value_that_does_not_parse_is_a_located_yaml_error(text, fragment):
+    # PyYAML's constructors raised a bare ValueError / KeyError: a traceback, not a message.
+    import yaml
+
+    from npusim.config.presets import parse_yaml
+
+    with pytest.raises(yaml.YAMLError, match=re.escape(fragment)) as info:
+        parse_yaml(f"a: 1\nb: {text}\n")
+    assert info.value.problem_mark.line == 1
 
 
 def test_a_sexagesimal_looking_limit_is_rejected_by_name_not_read_as_90():
