@@ -23,24 +23,24 @@ from npusim.executor.base import OPERAND_STALL
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.hw.base import ComputeUnit, MemoryTarget
+from npusim.config.overrides import override_list  # noqa: F401  (public here too)
 from npusim.metrics.result import Result
 from npusim.workload.program import Program
 
 
-def override_list(overrides: Any) -> list[str]:
-    """``overrides`` as given to the Python API: a list of ``PATH=VALUE`` strings, or one
-    string (one override, not a sequence of characters); anything else is a
-    :class:`ConfigError`."""
-    if isinstance(overrides, str):
-        overrides = [overrides]
-    if overrides is None or isinstance(overrides, Mapping):
-        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
-                                             f"{type(overrides).__name__}")])
-    overrides = list(overrides)
-    if not all(isinstance(o, str) for o in overrides):
-        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
-                                             f"{overrides!r}")])
-    return overrides
+def check_mode(mode: Any, option: str = "mode") -> None:
+    """Raise :class:`ConfigError` naming ``option`` unless ``mode`` is None (the scenario's
+    ``run.mode``) or one of the fidelities ``run.mode`` accepts.  Checked before any file
+    is read, so a bad mode is blamed on the argument that gave it, not on the scenario or
+    sweep spec it was applied to; an empty text is an error, never "not given"."""
+    from typing import get_args
+
+    from npusim.config.schema import RunConfig
+
+    modes = get_args(RunConfig.model_fields["mode"].annotation)
+    if mode is not None and (not isinstance(mode, str) or mode not in modes):
+        raise ConfigError(option, [("", f"got {mode!r}; expected "
+                                        f"{' or '.join(repr(m) for m in modes)}")])
 
 
 def _as_scenario(config: Any, overrides: Iterable[str]):
@@ -52,12 +52,19 @@ def _as_scenario(config: Any, overrides: Iterable[str]):
     if not isinstance(config, (str, Path, Mapping)) and not hasattr(config, "run"):
         raise ConfigError("config", [("", "expected a scenario path, a mapping or a Scenario, "
                                           f"got {type(config).__name__}")])
-    if isinstance(config, (str, Path)):
-        return load_scenario(config, overrides)
-    if isinstance(config, Mapping):
-        return scenario_from_dict(config, overrides=overrides)
-    if overrides:
-        return scenario_from_dict(config.model_dump(mode="json"), overrides=overrides)
+    try:
+        if isinstance(config, (str, Path)):
+            return load_scenario(config, overrides)
+        if isinstance(config, Mapping):
+            return scenario_from_dict(config, overrides=overrides)
+        if overrides:
+            return scenario_from_dict(config.model_dump(mode="json"), overrides=overrides)
+    except ConfigError as exc:
+        if exc.source != "--set":
+            raise
+        # The loader words an override's problem for the command line; here they came
+        # from the ``overrides`` argument.
+        raise ConfigError("overrides", exc.problems) from None
     return config
 
 
@@ -77,6 +84,7 @@ def simulate(config: Any, *, mode: str | None = None, overrides: Iterable[str] =
     ``progress(done, total)`` is called after each segment.
     """
     overrides = override_list(overrides)
+    check_mode(mode)
     if progress is not None and not callable(progress):
         raise ConfigError("progress", [("", "expected a function progress(done, total), got "
                                             f"{type(progress).__name__}")])
@@ -110,7 +118,7 @@ def _few_full_collections():
 def _simulate(config: Any, mode: str | None, overrides: Iterable[str],
               progress: Callable[[int, int], None] | None) -> Result:
     started = time.perf_counter()
-    overrides = list(overrides) + ([f"run.mode={mode}"] if mode else [])
+    overrides = list(overrides) + ([f"run.mode={mode}"] if mode is not None else [])
     scenario = _as_scenario(config, overrides)
     run_cfg = scenario.run
     device = build_device(scenario.hw)

@@ -73,6 +73,7 @@ def sweep(
 
     Exits 1 if a point failed (in this run or stored by an earlier one) or was lost,
     after every result is written; 2 on a user error before any point runs."""
+    from npusim.api import check_mode
     from npusim.sweep.runner import SweepSummary, check_options, run_sweep
     from npusim.sweep.spec import load_spec
     from npusim.sweep.store import ResultStore
@@ -80,8 +81,9 @@ def sweep(
     def action() -> SweepSummary:
         if scheduler is not None and executor != "dask":  # '' too: never ignored silently
             raise NpusimError("--scheduler needs --executor dask")
-        check_options(executor, workers, scheduler)  # before the spec is read and resolved
+        check_options(executor, workers, scheduler, flags=True)  # before the spec is read
         check_option_conflicts(overrides, {"--mode": (mode, ("run.mode",))})
+        check_mode(mode, "--mode")  # blamed on --mode, not on the spec it is applied to
         extra = [*overrides, *([f"run.mode={mode}"] if mode is not None else [])]
         parsed = load_spec(spec, extra)
         out_dir = (option_path(out, "--out", "a directory for the sweep results")

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 # (parse_override and apply_override are part of this module's API: --set, step 4)
 from npusim.config.overrides import (OVERRIDE_MARK, apply_override, describe_input,
-                                     format_path, join_path, parse_override,
+                                     format_path, join_path, override_list, parse_override,
                                      with_override_notes)
 from npusim.config.presets import load_preset, locate, read_yaml
 from npusim.core.errors import ConfigError
@@ -366,7 +366,7 @@ def load_scenario(path: str | Path, overrides: Iterable[str] = (),
     """
     from npusim.config.schema import scenario_model
 
-    overrides = list(overrides)
+    overrides = override_list(overrides)  # one text is one override, not its characters
     try:
         data = load_raw(path, overrides, hw_file)
     except ConfigError as exc:  # e.g. a preset the --hw file names that does not exist
@@ -404,5 +404,6 @@ def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",
     """Validate a scenario given as a Python mapping (presets and overrides allowed)."""
     from npusim.config.schema import scenario_model
 
-    resolved = _resolve_with_overrides(copy.deepcopy(dict(data)), overrides, source)
+    resolved = _resolve_with_overrides(copy.deepcopy(dict(data)), override_list(overrides),
+                                       source)
     return validate(scenario_model(), resolved, source)

@@ -6,13 +6,29 @@ changed)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from npusim.config.presets import parse_yaml
 from npusim.core.errors import ConfigError
 from npusim.core.text import UNENCODABLE, is_encodable, shown, unencodable_path
+
+
+def override_list(overrides: Any) -> list[str]:
+    """``overrides`` as given to the Python API: a list of ``PATH=VALUE`` strings, or one
+    string (one override, not a sequence of characters); anything else is a
+    :class:`ConfigError`."""
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    if overrides is None or isinstance(overrides, Mapping):
+        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
+                                             f"{type(overrides).__name__}")])
+    overrides = list(overrides)
+    if not all(isinstance(o, str) for o in overrides):
+        raise ConfigError("overrides", [("", "expected a list of 'PATH=VALUE' strings, got "
+                                             f"{overrides!r}")])
+    return overrides
 
 
 def join_path(path: str, key: Any) -> str:

@@ -35,7 +35,7 @@ class NoSuchTable(NpusimError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass
+@dataclass(repr=False)  # the generated repr printed every column (8 MB for 32 requests)
 class Result:
     """Everything one :func:`npusim.simulate` call produced."""
 
@@ -48,6 +48,20 @@ class Result:
     #: Extra tables by name: rows as dicts, or columns as lists (which keep an empty
     #: table's header).
     tables: dict[str, list[dict[str, Any]] | dict[str, list]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """One line a notebook can show: what ran, how long it took in simulated time,
+        and the tables to look at (``result.metrics`` and the frames hold the rest)."""
+        m = self.metrics
+        parts = [f"scenario={m.get('scenario')!r}", f"mode={m.get('mode')!r}",
+                 f"latency_s={m.get('latency_s', 0.0):.6g}", f"segments={m.get('segments')}",
+                 f"ops={len(self.op_columns.get('task', ()))}", f"units={len(self.unit_stats)}"]
+        if "requests_total" in m:  # a serving run
+            parts.append(f"requests={m['requests_total']} ({m.get('requests_finished')} "
+                         f"finished, {m.get('requests_rejected')} rejected)")
+        if self.tables:
+            parts.append(f"tables={sorted(self.tables)}")
+        return f"Result({', '.join(parts)})"
 
     def table(self, name: str) -> "pd.DataFrame":
         """An extra table of the run (``requests`` for serving runs) as a DataFrame."""

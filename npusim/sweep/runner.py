@@ -21,11 +21,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from npusim.core.console import console
 from npusim.core.errors import NpusimError
-from npusim.sweep.spec import Point, SweepSpec, load_spec
+from npusim.sweep.spec import Point, SweepSpec, load_spec, spec_from_dict
 from npusim.sweep.store import ResultStore, flatten_metrics
 
 EXECUTORS = ("local", "dask", "serial")
@@ -261,39 +261,50 @@ def _cpus() -> int:
     return os.cpu_count() or 1
 
 
-def check_options(executor: str, workers: int | None, scheduler: str | None) -> None:
+def check_options(executor: str, workers: int | None, scheduler: str | None, *,
+                  flags: bool = False) -> None:
     """Raise :class:`NpusimError` for an unknown executor, a worker count below 1 or
     above :data:`MAX_WORKERS_PER_CPU` x the CPUs, or a scheduler address that is not
-    ``[tcp://]HOST:PORT``; checked before the spec's points are resolved."""
+    ``[tcp://]HOST:PORT``; checked before the spec's points are resolved.  ``flags``
+    names the options as the command line spells them (``--workers``) rather than as
+    :func:`run_sweep` arguments (``workers=``)."""
+    def named(option: str) -> str:
+        return f"--{option}" if flags else f"{option}="
+
     if not isinstance(executor, str) or executor not in _RUNNERS:
-        raise NpusimError(f"--executor: unknown executor {executor!r}; expected one of "
-                          f"{', '.join(EXECUTORS)}")
+        raise NpusimError(f"{named('executor')}: unknown executor {executor!r}; expected one "
+                          f"of {', '.join(EXECUTORS)}")
     if workers is not None:
         ceiling = MAX_WORKERS_PER_CPU * _cpus()
         if isinstance(workers, bool) or not isinstance(workers, int):  # run_sweep(workers="2")
-            raise NpusimError(f"--workers (workers): got {workers!r}; expected a whole number "
+            raise NpusimError(f"{named('workers')}: got {workers!r}; expected a whole number "
                               f"of worker processes from 1 to {ceiling}")
         if workers < 1:
-            raise NpusimError(f"--workers must be at least 1, got {workers}")
+            raise NpusimError(f"{named('workers')}: must be at least 1, got {workers}")
         if workers > ceiling:
-            raise NpusimError(f"--workers {workers:,} is more than {ceiling} ({MAX_WORKERS_PER_CPU} "
-                              f"per CPU, {_cpus()} CPUs); the points are CPU-bound, so extra "
-                              "processes only cost memory. Leave it out to use one per CPU")
+            raise NpusimError(f"{named('workers')}: {workers:,} is more than {ceiling} "
+                              f"({MAX_WORKERS_PER_CPU} per CPU, {_cpus()} CPUs); the points are "
+                              "CPU-bound, so extra processes only cost memory. Leave it out to "
+                              "use one per CPU")
     if scheduler is not None:
-        check_scheduler(scheduler)
+        if not isinstance(scheduler, str):
+            raise NpusimError(f"{named('scheduler')}: got {scheduler!r}; expected an address "
+                              "text, tcp://HOST:PORT")
+        check_scheduler(scheduler, flags=flags)
 
 
-def check_scheduler(address: str) -> None:
+def check_scheduler(address: str, *, flags: bool = True) -> None:
     """Raise :class:`NpusimError` unless ``address`` is ``[scheme://]HOST:PORT``.  Checked
     here because a malformed address made ``distributed`` raise a bare ValueError
     traceback, and an empty one silently started a LocalCluster instead."""
+    option = "--scheduler" if flags else "scheduler="
     expected = ("expected the address of a running Dask scheduler, tcp://HOST:PORT "
-                "(e.g. tcp://10.0.0.5:8786), or no --scheduler for a LocalCluster")
+                f"(e.g. tcp://10.0.0.5:8786), or no {option} for a LocalCluster")
     if not address.strip():
-        raise NpusimError(f"--scheduler: the address is empty; {expected}")
+        raise NpusimError(f"{option}: the address is empty; {expected}")
     match = _SCHEDULER.fullmatch(address)
     if match is None or not 1 <= int(match["port"]) <= 65535:
-        raise NpusimError(f"--scheduler: {address!r} is not a scheduler address; {expected}")
+        raise NpusimError(f"{option}: {address!r} is not a scheduler address; {expected}")
 
 
 # ------------------------------------------------------------------ driver
@@ -309,8 +320,16 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     store is compacted at the end.  ``on_row`` is called with each row as it is stored.
     """
     check_options(executor, workers, scheduler)
-    if not isinstance(spec, SweepSpec):
+    if isinstance(spec, Mapping):  # the spec's YAML as a mapping, as simulate() takes one
+        spec = spec_from_dict(spec)
+    elif isinstance(spec, (str, os.PathLike)):
         spec = load_spec(spec)
+    elif not isinstance(spec, SweepSpec):
+        raise NpusimError(f"spec: got {type(spec).__name__}; expected a sweep spec path, a "
+                          "mapping (as the YAML reads) or a SweepSpec from load_spec / "
+                          "spec_from_dict")
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
+        raise NpusimError(f"out_dir: got {out_dir!r}; expected a directory path")
     started = time.perf_counter()
     store = ResultStore(out_dir)
     store.check_output()  # a file in the way of OUT fails now, not after resolving points

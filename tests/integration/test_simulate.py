@@ -162,6 +162,12 @@ def test_simulate_restores_the_garbage_collector_thresholds_even_on_error():
     (QUICKSTART, {"overrides": None}, "expected a list of 'PATH=VALUE' strings"),
     (QUICKSTART, {"overrides": {"run.mode": "analytic"}}, "expected a list of 'PATH=VALUE' strings"),
     (QUICKSTART, {"progress": 5}, "expected a function progress"),
+    # an empty mode ran the scenario's own mode silently; a typo was blamed on the file
+    (QUICKSTART, {"mode": ""}, r"^mode: got ''; expected 'tlm' or 'analytic'$"),
+    (QUICKSTART, {"mode": "fast"}, r"^mode: got 'fast'; expected 'tlm' or 'analytic'$"),
+    # an override's own problem is the argument's, not worded as the --set flag
+    (QUICKSTART, {"overrides": ["run.mode"]}, r"^overrides: invalid configuration .*\n"
+                                              r"  run.mode: expected PATH=VALUE"),
 ])
 def test_simulate_rejects_arguments_of_the_wrong_kind(config, kwargs, message):
     from npusim.core.errors import ConfigError
@@ -172,6 +178,15 @@ def test_simulate_rejects_arguments_of_the_wrong_kind(config, kwargs, message):
 
 def test_simulate_takes_one_override_as_a_string():
     assert simulate(QUICKSTART, overrides="run.mode=analytic").metrics["mode"] == "analytic"
+
+
+def test_the_loaders_take_one_override_as_a_string():
+    from npusim.config.loader import load_scenario, scenario_from_dict
+
+    # before: the text was iterated character by character ("r" is not PATH=VALUE)
+    assert load_scenario(QUICKSTART, "run.mode=analytic").run.mode == "analytic"
+    data = load_scenario(QUICKSTART).model_dump(mode="json")
+    assert scenario_from_dict(data, overrides="run.seed=7").run.seed == 7
 
 
 def test_a_scenario_file_that_cannot_run_is_named_in_the_error():

@@ -83,3 +83,16 @@ def test_a_result_without_a_requests_table_says_so_in_npusims_own_error():
         serving.table("request")  # a typo on a run that has the tables: no serving hint
     assert "this result has: requests, iterations" in str(info.value)
     assert "serving runs" not in str(info.value)
+
+
+def test_a_result_prints_as_one_summary_line():
+    # the generated dataclass repr printed every column: 8 MB for 32 requests
+    serving = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml", mode="analytic",
+                              overrides=["workload.trace.limit=3"])
+    text = repr(serving)
+    assert "\n" not in text and len(text) < 300
+    assert text.startswith("Result(scenario='qwen3_4b_npu64_pd_fusion', mode='analytic', "
+                           f"latency_s={serving.metrics['latency_s']:.6g}, ")
+    assert "requests=3 (3 finished, 0 rejected), tables=['iterations', 'requests'])" in text
+    gemm = repr(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
+    assert "requests=" not in gemm and "tables=" not in gemm and ", ops=" in gemm

@@ -129,6 +129,25 @@ def test_bad_executor_and_workers_are_user_errors(tmp_path):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, workers="2")
     with pytest.raises(NpusimError, match=r"unknown executor \['local'\]"):
         run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, executor=["local"])
+    # named as the Python arguments are spelt, not as command-line flags
+    with pytest.raises(NpusimError, match=r"^scheduler=: 'nowhere' is not a scheduler address"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, scheduler="nowhere")
+    with pytest.raises(NpusimError, match=r"^executor=: unknown"):
+        run_sweep(spec_from_dict(GRID, "grid.yaml"), tmp_path, executor="spark")
+
+
+def test_run_sweep_takes_a_spec_mapping_and_names_anything_else(tmp_path):
+    from npusim.core.errors import NpusimError
+
+    summary = run_sweep(GRID, tmp_path / "from_dict", executor="serial")
+    assert summary.ok == summary.total > 0  # a mapping is read as spec_from_dict reads it
+    for bad in (42, ["grid.yaml"]):  # before: a TypeError traceback from pathlib
+        with pytest.raises(NpusimError, match=r"^spec: got (int|list); expected a sweep spec "
+                                              r"path, a mapping .* spec_from_dict"):
+            run_sweep(bad, tmp_path / "bad")
+    with pytest.raises(NpusimError, match=r"^out_dir: got None; expected a directory path"):
+        run_sweep(GRID, None)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_output_directory_is_checked_before_points_are_resolved(tmp_path):

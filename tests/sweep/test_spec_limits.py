@@ -107,6 +107,14 @@ def test_a_malformed_scheduler_address_is_one_error(address, tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # refused before anything ran
 
 
+@pytest.mark.parametrize("mode", ["fast", ""])
+def test_a_bad_sweep_mode_is_blamed_on_the_option(mode, tmp_path, capsys):
+    # before: "GRID.yaml: invalid configuration ... set.run.mode", blaming the spec file
+    code, err = cli(["sweep", GRID, "--out", tmp_path / "o", "--mode", mode, "-q"], capsys)
+    assert code == 2 and err == f"error: --mode: got {mode!r}; expected 'tlm' or 'analytic'\n"
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_empty_scheduler_is_not_ignored_by_other_executors(tmp_path, capsys):
     code, err = cli(["sweep", GRID, "--out", tmp_path / "o", "--scheduler", ""], capsys)
     assert code == 2 and "--scheduler needs --executor dask" in err
@@ -136,7 +144,7 @@ def started(monkeypatch):
 
 def test_workers_beyond_four_per_cpu_are_refused(monkeypatch, started, tmp_path):
     monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
-    with pytest.raises(NpusimError, match=r"--workers 100,000 is more than 8 \(4 per CPU, 2 CPUs\)"):
+    with pytest.raises(NpusimError, match=r"^workers=: 100,000 is more than 8 \(4 per CPU, 2 CPUs\)"):
         run_sweep(spec(axes={"workload.m": [64]}), tmp_path, workers=100_000)
     assert started == [] and not tmp_path.joinpath("parts").exists()
 
