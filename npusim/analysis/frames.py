@@ -42,7 +42,8 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     Columns: ``point``, ``status``, the swept and derived parameters by config path,
     ``metrics.*`` (``capacity.*`` for a capacity sweep), ``error``, ``wall_time_s``,
     ``config_hash``, ``key``, ``npusim_version``, ``sweep``.  ``status="ok"`` keeps only
-    points that ran.
+    points that ran.  Whole-number columns are int64, or pandas' nullable Int64 where
+    some rows lack a value (a failed point has no metrics).
     """
     from npusim.sweep.store import ResultStore
 
@@ -58,6 +59,10 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     frame = store.read()
     if status is not None:
         frame = frame[frame["status"] == status].reset_index(drop=True)
+        for column in frame.columns:  # the rows that lacked a whole number are gone
+            if frame[column].dtype == "Int64" and not frame[column].isna().any():
+                frame[column] = frame[column].astype("int64")
+        frame = frame.copy()  # one block again after the column-wise assignments
     frame.attrs["sweep_dir"] = str(root)  # later messages (a column not there) name it
     return frame
 

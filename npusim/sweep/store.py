@@ -353,7 +353,10 @@ class ResultStore:
         return dict(zip(frame["key"], frame["status"])) if len(frame) else {}
 
     def read(self) -> "pd.DataFrame":
-        """All rows, one per point of the latest spec, ordered by point index."""
+        """All rows, one per point of the latest spec, ordered by point index.  A
+        whole-number column is int64; where some rows lack it (failed points have no
+        metrics) it is pandas' nullable Int64, so 12345678901 stays 12345678901 rather
+        than turning float64 for the whole column."""
         return self._read_all(filter_manifest=True)
 
     def _read_all(self, filter_manifest: bool, columns: list[str] | None = None,
@@ -387,12 +390,11 @@ class ResultStore:
             order = {p["key"]: p["index"] for p in manifest["points"]}
             frame = frame[frame["key"].isin(order)].copy()
             frame["point"] = frame["key"].map(order).astype("int64")
-        if not keep_missing_ints:  # readers get plain dtypes: int64, or float64 with NaN
+        if not keep_missing_ints:  # readers get int64 where no row lacks the value
             for column in frame.columns:
                 dtype = frame[column].dtype
-                if dtype == "Int64":
-                    whole = not frame[column].isna().any()
-                    frame[column] = frame[column].astype("int64" if whole else "float64")
+                if dtype == "Int64" and not frame[column].isna().any():
+                    frame[column] = frame[column].astype("int64")
                 elif dtype == "Float64":  # a column whole in some files, not in others
                     frame[column] = frame[column].astype("float64")
         if "point" in frame:

@@ -197,3 +197,16 @@ def test_a_scenario_file_that_cannot_run_is_named_in_the_error():
         simulate(path, overrides=["run.mode=analytic", "workload.model=qwen3_32b", "hw.hbm=null"])
     assert str(info.value).startswith(f"{path}: qwen3_32b needs ")
     assert str(info.value).count(str(path)) == 1
+
+
+def test_unit_counters_stay_integers_where_some_parts_lack_them(tmp_path):
+    # flops exists only on compute units: the others were NaN, then 0.0, and every
+    # counter column turned float64 (units.csv printed 12451840.0)
+    result = simulate(QUICKSTART, mode="analytic")
+    units = result.units
+    counters = [c for c in units.columns if c != "utilisation"]
+    assert {"flops", "bytes_read", "busy_ps"} <= set(counters)
+    assert all(units[c].dtype == "int64" for c in counters)
+    assert units.loc["core0.hbm", "flops"] == 0 and units["utilisation"].dtype == "float64"
+    result.write(tmp_path)
+    assert ".0," not in (tmp_path / "units.csv").read_text().splitlines()[1]

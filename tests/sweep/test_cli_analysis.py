@@ -313,6 +313,15 @@ def test_a_sweep_with_failed_points_writes_every_row_and_exits_1(tmp_path, capsy
     assert code == 1 and "1 ok, 1 failed" in stdout and "core 99 does not exist" in err
     frame = analysis.load_sweep(out)
     assert list(frame["status"]) == ["ok", "failed"]
+    # whole-number metrics stay integers beside the failed row's gap (they were float64)
+    latency = frame["metrics.latency_ps"]
+    assert latency.dtype == "Int64" and latency.isna().tolist() == [False, True]
+    assert latency[0] == analysis.load_sweep(out, status="ok")["metrics.latency_ps"][0]
+    assert analysis.load_sweep(out, status="ok")["metrics.latency_ps"].dtype == "int64"
+    # and the analysis helpers take such columns
+    analysis.plot_metric(frame, "workload.cores[3]", "metrics.latency_ps")
+    analysis.plot_pareto(frame, "metrics.latency_ps", "metrics.flops")
+    assert len(analysis.pareto_front(frame, "metrics.latency_ps", "metrics.flops")) == 1
     # A rerun skips the stored failures but still says the table is incomplete.
     code, _, err = cli(["sweep", spec, "--out", out, "--executor", "serial", "-q"], capsys)
     assert code == 1 and "stored as failed by an earlier run" in err
