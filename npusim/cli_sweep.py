@@ -97,10 +97,19 @@ def sweep(
             # so, or a large grid looks hung for minutes
             typer.echo(f"checking {count:,} points against the base scenario before running "
                        "any ...", err=True)
-        with _sigterm_as_interrupt():
-            summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
-                                scheduler=scheduler, retry_failed=retry_failed,
-                                progress=not quiet)
+        stored: list[str] = []
+        try:
+            with _sigterm_as_interrupt():
+                summary = run_sweep(parsed, out_dir, executor=executor, workers=workers,
+                                    scheduler=scheduler, retry_failed=retry_failed,
+                                    progress=not quiet,
+                                    on_row=lambda row: stored.append(row["status"]))
+        except KeyboardInterrupt:
+            # Every finished point is already in OUT/parts: say so, and how to go on.
+            typer.secho(f"\ninterrupted: this run stored {len(stored):,} of {count:,} points "
+                        f"({stored.count('ok'):,} ok) in {out_dir}/; run the same command "
+                        "again to run the rest", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(130) from None
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
                    f"{summary.skipped} skipped (constraints, on_invalid: skip), "
                    f"{summary.skipped_done} already "

@@ -149,6 +149,15 @@ def _serial(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[
         yield task, run_point(task)
 
 
+def _ignore_interrupts() -> None:
+    """In a worker process: leave Ctrl-C to the sweep.  The terminal sends SIGINT to the
+    whole process group; a worker that took it printed its own KeyboardInterrupt
+    traceback under the sweep's message.  The parent stops the workers itself."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[tuple[dict, Any]]:
     import importlib
     import multiprocessing
@@ -162,19 +171,22 @@ def _local(tasks: list[dict], workers: int, scheduler: str | None) -> Iterator[t
 
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {pool.submit(run_point, task): task for task in tasks}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                             initializer=_ignore_interrupts) as pool:
         try:
+            # (submitting is inside: a Ctrl-C that lands here must not leave the block
+            # the normal way, which waits for every point already queued)
+            futures = {pool.submit(run_point, task): task for task in tasks}
             for future in as_completed(futures):
                 try:
                     yield futures[future], future.result()
                 except BrokenProcessPool:
                     yield futures[future], None
         except BaseException:  # interrupted (Ctrl-C, SIGTERM) or abandoned by the caller
-            # Leaving the block would wait for every queued point.  Ctrl-C reaches the
-            # workers too, a SIGTERM to the sweep does not: stop them here, or they run
-            # on as orphans holding their memory.  (The pool keeps its processes in a
-            # private mapping; there is no public way to stop a busy worker.)
+            # Leaving the block would wait for every queued point.  The workers ignore
+            # Ctrl-C and a SIGTERM to the sweep does not reach them: stop them here, or
+            # they run on as orphans holding their memory.  (The pool keeps its processes
+            # in a private mapping; there is no public way to stop a busy worker.)
             processes = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)  # forgets the processes
             for process in processes:

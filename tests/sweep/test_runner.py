@@ -4,6 +4,7 @@ failing point is recorded, and a sweep killed with SIGKILL resumes without damag
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -190,16 +191,22 @@ def test_the_progress_bar_counts_skipped_points_apart_from_ok_ones():
                             (Path("/proc/self/task").iterdir() if Path("/proc/self/task").is_dir()
                              else ())),
                     reason="reads worker ids from /proc/PID/task/TID/children")
-def test_sigterm_stops_the_sweep_and_its_workers(tmp_path):
-    """Ctrl-C reaches the workers too; a SIGTERM to the sweep alone left them running as
-    orphans (about 1 GB each) until they finished every queued point."""
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_an_interrupt_stops_the_sweep_and_its_workers(how, tmp_path):
+    """A SIGTERM to the sweep alone left the workers running as orphans (about 1 GB each)
+    until they finished every queued point.  Ctrl-C goes to the whole process group: a
+    worker that took it printed its own KeyboardInterrupt traceback.  Either way the
+    sweep says what it kept and how to resume."""
     spec = tmp_path / "slow.yaml"
     spec.write_text(f"name: slow\nbase: {REPO_ROOT}/workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml\n"
                     "set: {run.mode: tlm}\n"
                     "axes:\n  - grid: {workload.trace.limit: [40, 41, 42, 43, 44, 45]}\n")
     sweep = subprocess.Popen([sys.executable, "-m", "npusim.cli", "sweep", str(spec), "--out",
                               str(tmp_path / "out"), "--workers", "2", "-q"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True,  # its own group, as a terminal's job
+                             # (a test runner may ignore SIGINT; a shell's job does not)
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     workers: list[str] = []
     deadline = time.monotonic() + 60
     while len(workers) < 2 and time.monotonic() < deadline and sweep.poll() is None:
@@ -209,14 +216,19 @@ def test_sigterm_stops_the_sweep_and_its_workers(tmp_path):
                    for pid in (task / "children").read_text().split()]
     assert len(workers) == 2, sweep.communicate()
     time.sleep(1.0)                                   # both busy with a point
-    sweep.send_signal(signal.SIGTERM)
+    if how == "sigterm":
+        sweep.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(sweep.pid, signal.SIGINT)           # what Ctrl-C in a terminal does
     _, err = sweep.communicate(timeout=30)
     assert sweep.returncode == 130, err
     time.sleep(0.5)
     alive = [pid for pid in workers if Path(f"/proc/{pid}").exists()
              and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
     assert alive == [], f"workers {alive} outlived the sweep"
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert re.search(r"interrupted: this run stored \d of 6 points \(\d ok\) in .*out/; run "
+                     r"the same command again to run the rest", err), err
 
 
 def test_metrics_patterns_keep_only_the_metrics_they_match(local_grid, tmp_path):
