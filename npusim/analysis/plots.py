@@ -27,15 +27,18 @@ _TIME_UNITS = ((1e12, "s"), (1e9, "ms"), (1e6, "us"), (1e3, "ns"), (1, "ps"))
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+def new_figure(figsize: tuple[float, float]) -> "Figure":
+    """A Figure on an Agg canvas that Jupyter shows as an image (see
+    :mod:`npusim.analysis.figure`)."""
+    from npusim.analysis.figure import new_figure as make
+
+    return make(figsize)
+
+
 def _axes(ax: "Axes | None", figsize: tuple[float, float] = (6.0, 4.0)) -> "Axes":
     if ax is not None:
         return ax
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=figsize, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure.add_subplot()
+    return new_figure(figsize).add_subplot()
 
 
 def _scale(column: str, values) -> tuple[float, str]:
@@ -300,9 +303,6 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     scheduler left out (queued plus running but not in the batch).  A pool that cannot
     keep up shows its requests in flight pinned at its batch slots and a queue that keeps
     growing."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     from npusim.analysis.frames import iteration_table
 
     frame = iteration_table(source)
@@ -314,8 +314,7 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
         raise AnalysisError("the run launched no micro-batch, so there is nothing to plot "
                             "(the per-request table says why each request was rejected)")
     factor, xlabel = _scale("time_ps", [frame["start_ps"].max()])
-    figure = Figure(figsize=(8.0, 6.5), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = new_figure((8.0, 6.5))
     axes = figure.subplots(3, 1, sharex=True)
     for (replica, role), rows in frame.groupby(["replica", "role"], sort=True):
         rows = rows.sort_values("start_ps", kind="stable")
@@ -349,9 +348,6 @@ def plot_capacity(source: Any, title: str | None = None) -> "Figure":
     ``npusim capacity --out`` wrote): SLO attainment against the offered request rate,
     with the target and the capacity found, above the TTFT p90 and mean TBT of each
     probe."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     from npusim.analysis.frames import capacity_probes
 
     from matplotlib.ticker import FuncFormatter
@@ -359,8 +355,7 @@ def plot_capacity(source: Any, title: str | None = None) -> "Figure":
     frame, summary = capacity_probes(source)
     target, best = float(summary["target_attainment"]), summary["max_requests_per_s"]
     frame = frame.sort_values("offered_requests_per_s")
-    figure = Figure(figsize=(7.0, 6.0), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = new_figure((7.0, 6.0))
     top, bottom = figure.subplots(2, 1, sharex=True)
     rate = frame["offered_requests_per_s"]
     top.plot(rate, 100.0 * frame["slo_attainment"], color="0.6", zorder=1)

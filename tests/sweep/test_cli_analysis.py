@@ -355,3 +355,17 @@ def test_swept_sizes_bandwidths_and_clocks_are_labelled_in_their_units():
     assert line.get_ylabel() == "metrics.latency (ms)"
     clock = analysis.plot_metric(frame, "hw.noc.freq_hz", "metrics.latency_ps", logx=True).axes[0]
     assert [t.get_text() for t in clock.get_xticklabels()] == ["1 GHz"]
+
+
+def test_a_plot_is_shown_as_an_image_in_a_fresh_notebook_kernel():
+    # the Agg figures showed as "<Figure size 600x400 with 1 Axes>" in Jupyter unless
+    # %matplotlib inline had registered a formatter for Figure
+    import pickle
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    frame = pd.DataFrame({"status": ["ok"] * 2, "x": [1, 2], "y": [1.0, 2.0]})
+    figure = analysis.plot_metric(frame, "x", "y")
+    shown, _ = InteractiveShell.instance().display_formatter.format(figure)
+    assert shown["image/png"].startswith(b"\x89PNG\r\n\x1a\n")
+    assert pickle.loads(pickle.dumps(figure)).axes[0].get_xlabel() == "x"
