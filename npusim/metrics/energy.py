@@ -312,9 +312,25 @@ def energy_metrics(unit_stats: Mapping[str, Mapping[str, int]], device: Any, lat
         "tokens": tokens,
         "energy_per_token_j": energy_j / tokens if tokens else None,
         "energy_per_flop_pj": energy_j / PJ / flops if flops else None,
-        "basis": {**dict(sorted(basis.items())), "static_scope": cfg.static_scope,
+        "basis": {**dict(sorted(_as_records(basis).items())), "static_scope": cfg.static_scope,
                   "process": cfg.process, "approximated_parts": sorted(approximated)},
     }
+
+
+def _as_records(basis: dict[str, Any]) -> dict[str, Any]:
+    """``basis`` with the entries kept per scratchpad size and per DRAM standard as lists
+    of records (``sram: [{capacity_bytes: 67108864, read_pj_per_bit: ...}]``, ``dram:
+    [{standard: "HBM2E 3.2 Gb/s ...", pj_per_bit: ...}]``) rather than mappings keyed by
+    those values: a sweep flattens mappings into one column per key, so a swept SRAM
+    size made a column per size, and a standard's name with a dot in it none at all."""
+    out = dict(basis)
+    if "sram" in out:
+        out["sram"] = [{"capacity_bytes": int(size), **entry}
+                       for size, entry in sorted(out["sram"].items(), key=lambda kv: int(kv[0]))]
+    if "dram" in out:
+        out["dram"] = [{"standard": standard, **entry}
+                       for standard, entry in sorted(out["dram"].items())]
+    return out
 
 
 def _operand_users(unit_stats: Mapping[str, Mapping[str, int]], device: Any

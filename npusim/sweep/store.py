@@ -62,9 +62,9 @@ class StoreError(NpusimError):
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "metrics") -> dict[str, Any]:
-    """Scalar metrics as ``{"metrics.a.b": value}``; lists, and mappings keyed by free
-    text (the energy basis per DRAM ``standard`` string, with spaces and commas), are
-    kept as JSON text rather than spread over columns no one can type."""
+    """Scalar metrics as ``{"metrics.a.b": value}``; lists (the energy basis records per
+    scratchpad size and DRAM standard), and mappings keyed by free text (spaces, commas),
+    are kept as JSON text rather than spread over columns no one can type."""
     flat: dict[str, Any] = {}
     for name, value in metrics.items():
         key = f"{prefix}.{name}"

@@ -114,8 +114,8 @@ def test_hand_built_counters_give_the_configured_energies(large_core_64):
     read = 20 / 64 / 2 + 0.04 * math.sqrt(64 * 0.45) / 2
     write = 1.4 * read
     assert lv["sram"] == pytest.approx((800 * read + 400 * write) * PJ, rel=REL)
-    assert out["basis"]["sram"][str(64 << 20)] == pytest.approx(
-        {"read_pj_per_bit": read, "write_pj_per_bit": write})
+    assert out["basis"]["sram"] == [{"capacity_bytes": 64 << 20, "read_pj_per_bit":
+                                     pytest.approx(read), "write_pj_per_bit": pytest.approx(write)}]
     row_kib = large_core_64.config.hbm.row_bytes / 1024
     assert lv["hbm"] == pytest.approx(
         (4096 * 8 * 3.6 + 3 * config.dram_activate_pj_per_row_kib * row_kib) * PJ, rel=REL)
@@ -343,7 +343,8 @@ def test_a_misspelt_dram_family_is_an_error_naming_the_key(tmp_path, capsys):
     # A new family the device does use is accepted (and charged).
     result = quickstart("analytic", "run.energy.dram_pj_per_bit.HBM2E 3=9.0")
     dram = result.metrics["energy"]["basis"]["dram"]
-    assert [entry["pj_per_bit"] for entry in dram.values()] == [9.0]
+    assert [(entry["standard"], entry["pj_per_bit"]) for entry in dram] == [
+        ("HBM2E 3.2 Gb/s, 64-bit pseudo-channel", 9.0)]
 
 
 @pytest.mark.unit

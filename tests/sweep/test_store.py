@@ -256,3 +256,26 @@ def test_load_results_refuses_a_directory_without_a_sweep(tmp_path):
 
     with pytest.raises(AnalysisError, match="not a sweep output directory"):
         load_results(tmp_path / "nowhere")
+
+
+def test_swept_sram_sizes_share_one_energy_basis_column(tmp_path):
+    # the basis was keyed by size: a column per swept size ('...basis.sram.33554432.
+    # read_pj_per_bit'), empty on every other point's row
+    import json
+
+    from npusim.config.presets import REPO_ROOT
+    from npusim.sweep import run_sweep
+
+    spec = {"name": "sizes", "base": str(REPO_ROOT / "workloads/scenarios/quickstart.yaml"),
+            "set": {"run.mode": "analytic"},
+            "axes": [{"grid": {"hw.core.sram.capacity_bytes": ["32MiB", "64MiB"]}}]}
+    assert run_sweep(spec, tmp_path, executor="serial").ok == 2
+    frame = load_results(tmp_path)
+    assert [c for c in frame.columns if c.startswith("metrics.energy.basis.sram")
+            and not c.startswith("metrics.energy.basis.sram_operands")] == [
+        "metrics.energy.basis.sram"]
+    sizes = [[entry["capacity_bytes"] for entry in json.loads(text)]
+             for text in frame["metrics.energy.basis.sram"]]
+    assert sizes == [[32 << 20], [64 << 20]]
+    dram = [json.loads(text)[0]["standard"] for text in frame["metrics.energy.basis.dram"]]
+    assert dram == ["HBM2E 3.2 Gb/s, 64-bit pseudo-channel"] * 2
