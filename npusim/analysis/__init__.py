@@ -16,7 +16,7 @@ __all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_sample
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "AnalysisError"]
 
-_HOMES = {"load_sweep": "frames", "pareto_front": "frames", "utilisation_timeline": "frames",
+_HOMES = {"load_sweep": "sweep_results", "pareto_front": "frames", "utilisation_timeline": "frames",
           "latency_samples": "frames", "request_table": "frames", "AnalysisError": "frames",
           "iteration_table": "frames", "plot_serving_timeline": "plots",
           "capacity_probes": "frames", "plot_capacity": "plots",

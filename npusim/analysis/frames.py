@@ -1,4 +1,5 @@
-"""Tables for analysis: sweep results, Pareto fronts, per-unit busy time over time."""
+"""Tables for analysis: Pareto fronts, run tables read back (ops, requests, iterations,
+capacity probes), per-unit busy time over time.  (Sweep results: :mod:`sweep_results`.)"""
 
 from __future__ import annotations
 
@@ -34,51 +35,6 @@ _TIME_EXPECTED = "expected a time in picoseconds (a finite number of magnitude b
 
 class AnalysisError(NpusimError):
     """An analysis input is missing or names an unknown (or non-numeric) column."""
-
-
-def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame":
-    """The results of the sweep in ``out_dir`` as a DataFrame, one row per point.
-
-    Columns: ``point``, ``status``, the swept and derived parameters by config path,
-    ``metrics.*`` (``capacity.*`` for a capacity sweep), ``error``, ``wall_time_s``,
-    ``config_hash``, ``key``, ``npusim_version``, ``sweep``.  ``status="ok"`` keeps only
-    points that ran.  Whole-number columns are int64, or pandas' nullable Int64 where
-    some rows lack a value (a failed point has no metrics).
-    """
-    from npusim.sweep.store import ResultStore
-
-    if status not in (None, "ok", "failed", "skipped"):
-        raise AnalysisError(f"status: expected 'ok', 'failed', 'skipped' or None, got {status!r}")
-    root = Path(out_dir)
-    store = ResultStore(root)
-    if not (root / "manifest.json").is_file() and not (root / "results.parquet").is_file() \
-            and not store.parts.is_dir():
-        raise AnalysisError(f"{root}: not a sweep output directory (no manifest.json, "
-                            "results.parquet or parts/); run `npusim sweep SPEC --out DIR` first")
-    _check_point_indices(store)
-    frame = store.read()
-    if status is not None:
-        frame = frame[frame["status"] == status].reset_index(drop=True)
-        for column in frame.columns:  # the rows that lacked a whole number are gone
-            if frame[column].dtype == "Int64" and not frame[column].isna().any():
-                frame[column] = frame[column].astype("int64")
-        frame = frame.copy()  # one block again after the column-wise assignments
-    frame.attrs["sweep_dir"] = str(root)  # later messages (a column not there) name it
-    return frame
-
-
-def _check_point_indices(store: Any) -> None:
-    """Point numbers in the manifest are 0 to MAX_POINTS - 1 (the runner numbers a spec's
-    points from 0); a hand-edited 10**30 would overflow the int64 ``point`` column."""
-    from npusim.sweep.axes import MAX_POINTS
-    from npusim.sweep.store import MANIFEST_FILE, StoreError
-
-    manifest = store.manifest()  # StoreError for one that is not a manifest at all
-    for i, point in enumerate((manifest or {}).get("points", [])):
-        if not 0 <= point["index"] < MAX_POINTS:
-            raise StoreError(f"{store.root / MANIFEST_FILE}: points[{i}].index: expected a "
-                             f"point number from 0 to {MAX_POINTS - 1:,}, got {point['index']}; "
-                             "re-run the sweep (npusim sweep SPEC --out DIR) to rewrite it")
 
 
 def _origin(frame: Any) -> str:

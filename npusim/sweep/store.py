@@ -474,6 +474,6 @@ def load_results(root: str | Path) -> "pd.DataFrame":
     """The results table of a sweep directory (parts and compacted file merged), as
     :func:`npusim.analysis.load_sweep` reads it (an error for a directory that holds no
     sweep, rather than an empty table)."""
-    from npusim.analysis.frames import load_sweep
+    from npusim.analysis.sweep_results import load_sweep
 
     return load_sweep(root)
