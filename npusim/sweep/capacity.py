@@ -426,6 +426,20 @@ def _never_servable_note(probe: CapacityProbe, kinds: dict[str, int], target: fl
     return f"{head}{tail}: {reasons}"
 
 
+def _short_trace(meet: CapacityProbe, lengthenable: bool) -> str:
+    """Why a probe whose requests arrive within a few end-to-end latencies says little
+    about sustained load, and what to do instead."""
+    return (f"at {meet.offered_requests_per_s:.4g} req/s the {meet.requests_per_replay} "
+            f"requests{' of each replay' if meet.replays > 1 else ''} "
+            f"arrive within {meet.arrival_span_ms / 1e3:.3g} s, less than "
+            f"{SHORT_TRACE_SPANS} times their mean end-to-end latency "
+            f"({meet.e2e_ms_mean / 1e3:.3g} s): the replay ends before the queues settle, "
+            "so a longer trace (more requests) can find a lower capacity"
+            + (" (--lengthen N, capacity.lengthen in a sweep, doubles a generator's "
+               "num_requests or a file's limit)" if lengthenable else
+               " (every row of the trace file ran: use a longer file)"))
+
+
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -445,6 +459,12 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
             f"meets the SLO for only {100 * miss.slo_attainment:.1f}% of the requests; compare "
             "a lone request's TTFT and TBT with workload.slo")
     if miss is None:
+        if meet.short_trace and not note:
+            # A burst: every rate above this squeezes the same requests into an even
+            # shorter window, so more probes would only raise a meaningless bound.
+            return "all_meet", (f"every probe met the target, but {_short_trace(meet, lengthenable)}; "
+                                "more probes or a higher start would only report a higher "
+                                "rate for the same burst")
         return "all_meet", note or (
             f"every probe met the target; {meet.offered_requests_per_s:.4g} req/s is a lower "
             "bound: raise the probe limit (--max-probes, max_probes) or start higher "
@@ -453,14 +473,6 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
         note = (f"the probes ran out with the bracket {miss.rate_scale / meet.rate_scale:.3g}x "
                 "wide: raise the probe limit (--max-probes, max_probes)")
     if meet.short_trace:
-        short = (f"at {meet.offered_requests_per_s:.4g} req/s the {meet.requests_per_replay} "
-                 f"requests{' of each replay' if meet.replays > 1 else ''} "
-                 f"arrive within {meet.arrival_span_ms / 1e3:.3g} s, less than "
-                 f"{SHORT_TRACE_SPANS} times their mean end-to-end latency "
-                 f"({meet.e2e_ms_mean / 1e3:.3g} s): the replay ends before the queues settle, "
-                 "so a longer trace (more requests) can find a lower capacity"
-                 + (" (--lengthen N, capacity.lengthen in a sweep, doubles a generator's "
-                    "num_requests or a file's limit)" if lengthenable else
-                    " (every row of the trace file ran: use a longer file)"))
+        short = _short_trace(meet, lengthenable)
         note = f"{note}; {short}" if note else short
     return "found", note

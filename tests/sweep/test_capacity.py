@@ -85,6 +85,24 @@ def test_a_trace_too_short_to_overload_stops_at_the_burst(monkeypatch):
 
 
 @pytest.mark.unit
+def test_an_all_meet_search_on_a_short_trace_does_not_ask_for_more_probes(monkeypatch):
+    # the probes ran out with every one meeting the SLO while the 100 requests arrived
+    # within a fraction of a request's lifetime: "raise the probe limit" only inflated
+    # the bound (helper-39 saw "2551 req/s is a lower bound" for 40 requests)
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(1e9, e2e_ms=1000.0))
+    found = find_capacity(DISAGG, max_probes=4)
+    assert found.status == "all_meet" and found.best.short_trace
+    assert found.note.startswith("every probe met the target, but at ")
+    assert "the replay ends before the queues settle" in found.note
+    assert "raise the probe limit" not in found.note
+    assert found.note.endswith("more probes or a higher start would only report a higher "
+                               "rate for the same burst")
+    # a trace long enough for its rates keeps the old advice
+    monkeypatch.setattr(npusim.api, "simulate", stand_in(1e9, e2e_ms=1.0))
+    assert "raise the probe limit" in find_capacity(DISAGG, max_probes=4).note
+
+
+@pytest.mark.unit
 def test_a_capacity_from_arrivals_shorter_than_a_few_request_lifetimes_is_flagged(monkeypatch):
     # 100 requests found at ~47 req/s arrive within ~2.1 s: flagged when a request lives
     # 1 s on average (2.1 < 4 x 1), not when it lives 0.4 s (2.1 > 4 x 0.4)
