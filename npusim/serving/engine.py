@@ -411,6 +411,9 @@ class ServingDriver(KvAdmission):
                     state = queue.pop(0)
                     need = self._handover_need(state)
                     handed[replica.index] -= need
+                    if state.kv_held_by is not None:  # taken over: the prefill copy is freed
+                        pools[state.kv_held_by].release(state)
+                        state.kv_held_by = None
                     pool.reserve(state, need)
                     state.admitted, state.replica, state.ready_ps = True, replica.index, now
             # Several events may share a timestamp: launch once they are all applied.
@@ -479,7 +482,11 @@ class ServingDriver(KvAdmission):
             handed[target.index] += self._handover_need(state)
             graph = kv_transfer_graph(replica, target, state.kv_tokens, self.kv_bytes_per_token_layer)
             run = session.run(graph, f"kv {state.id} r{replica.index}->r{target.index}", now)
-            pools[replica.index].release(state)
+            # The prefill replica keeps the KV until the decode replica takes it (as
+            # DistServe and Splitwise do): KV waiting for a decode slot fills the prefill
+            # pool and holds back new prompts, instead of being held nowhere while TTFT
+            # stays low and the wait moves into the first decode gap.
+            state.kv_held_by = replica.index
             state.admitted = False
             state.replica = None
             heapq.heappush(events, (now + run.makespan_ps, next(counter), "kv_ready", (state, target)))

@@ -48,6 +48,7 @@ class RequestState:
     kv_tokens: int = 0                 # tokens whose KV exists
     admitted: bool = False             # KV reserved on its current replica
     replica: int | None = None
+    kv_held_by: int | None = None      # prefill replica keeping its KV until decode takes it
     in_flight: int = 0                 # micro-batches in the pipeline holding it (several
                                        # only for a prompt whose chunks are pipelined)
     prefill_scheduled: int = 0         # prompt tokens in micro-batches not yet finished
