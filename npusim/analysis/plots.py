@@ -296,11 +296,10 @@ def _trace_cut(source: Any) -> bool:
 
 def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     """Three panels over simulated time, one line per replica, from a serving Result or
-    run directory (its iterations.csv): requests in flight when each micro-batch is
-    launched (in every micro-batch of the replica's pipeline, this one included: a
-    pipelined replica alternates large and small micro-batches, which plotted one by one
-    fill a band), the share of the replica's KV reserved at launch, and the requests the
-    scheduler left out (queued plus running but not in the batch).  A pool that cannot
+    run directory (its iterations.csv): requests in flight (in every micro-batch of the
+    replica's pipeline under way, from launch to end: 0 while the replica idles), and,
+    at each launch, the share of the replica's KV reserved and the requests the scheduler
+    left out (queued plus running but not in the batch).  A pool that cannot
     keep up shows its requests in flight pinned at its batch slots and a queue that keeps
     growing."""
     from npusim.analysis.frames import iteration_table
@@ -320,7 +319,8 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
         rows = rows.sort_values("start_ps", kind="stable")
         time = rows["start_ps"].to_numpy(dtype=float) / factor
         label = f"{role}{replica}"
-        axes[0].step(time, _in_flight(rows), where="post", label=label)
+        when, count = _in_flight(rows)
+        axes[0].step(when / factor, count, where="post", label=label)
         axes[1].step(time, 100.0 * rows["kv_used_tokens"] / rows["kv_capacity_tokens"],
                      where="post", label=label)
         axes[2].step(time, rows["waiting"] + rows["running"], where="post", label=label)
@@ -333,14 +333,20 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     return figure
 
 
-def _in_flight(rows) -> "np.ndarray":
-    """Requests in a replica's micro-batches under way at each launch (``rows`` sorted by
-    start): those launched so far, this one included, minus those of batches that
-    ended by then.  A prompt whose chunks are pipelined (``pipeline_chunks``) counts once
-    per micro-batch holding one of its chunks."""
-    from npusim.serving.iterations import under_way
+def _in_flight(rows) -> tuple["np.ndarray", "np.ndarray"]:
+    """Requests in a replica's micro-batches under way, as a step function: the times at
+    which a micro-batch is launched or ends, and the count from each of them on (a pool
+    that idles between iterations drops to 0 instead of holding its last launch's count).
+    A prompt whose chunks are pipelined (``pipeline_chunks``) counts once per micro-batch
+    holding one of its chunks."""
+    import numpy as np
 
-    return under_way(rows["start_ps"], rows["end_ps"], rows["requests"])
+    times = np.concatenate([rows["start_ps"].to_numpy(dtype=np.int64),
+                            rows["end_ps"].to_numpy(dtype=np.int64)])
+    changes = np.concatenate([rows["requests"].to_numpy(dtype=np.int64),
+                              -rows["requests"].to_numpy(dtype=np.int64)])
+    when, index = np.unique(times, return_inverse=True)  # a batch may end as one starts
+    return when.astype(float), np.cumsum(np.bincount(index, weights=changes))
 
 
 def plot_capacity(source: Any, title: str | None = None) -> "Figure":

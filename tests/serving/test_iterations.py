@@ -51,6 +51,16 @@ def test_the_batches_plot_has_a_line_per_replica_in_each_panel(tmp_path, capsys)
     result = simulate(DISAGG, overrides=SMALL)
     figure = analysis.plot_serving_timeline(result)
     assert [len(ax.get_lines()) for ax in figure.axes] == [2, 2, 2]  # prefill1, decode0
+    # requests in flight fall to 0 while a pool idles between its iterations (they were
+    # held at the last launch's count: the prefill pool looked busy all run long)
+    log = result.table("iterations")
+    prefill = log[log["role"] == "prefill"]
+    busy_s = (prefill["end_ps"] - prefill["start_ps"]).sum() / 1e12
+    line = next(l for l in figure.axes[0].get_lines() if l.get_label().startswith("prefill"))
+    times, counts = line.get_xdata(), line.get_ydata()
+    shown_busy = sum(b - a for a, b, n in zip(times, times[1:], counts) if n > 0)
+    assert counts[-1] == 0 and min(counts) == 0
+    assert shown_busy == pytest.approx(busy_s, rel=1e-6)  # (axis in s for this run)
     out = tmp_path / "run"
     result.write(out)
     code, stdout, _ = run_cli(["plot", str(out), "--kind", "batches"], capsys)
@@ -80,11 +90,13 @@ def test_the_batches_plot_names_what_is_missing_or_damaged(tmp_path, capsys):
 
 def test_requests_in_flight_add_up_the_micro_batches_under_way():
     # A pipelined replica alternates big and small micro-batches; the plot shows what the
-    # replica holds at each launch instead of a band between the two sizes.
+    # replica holds under way instead of a band between the two sizes, and 0 when idle.
     import pandas as pd
 
     from npusim.analysis.plots import _in_flight
 
     rows = pd.DataFrame({"start_ps": [0, 2, 10, 30], "end_ps": [10, 12, 20, 40],
                          "requests": [4, 1, 3, 2]})
-    assert _in_flight(rows).tolist() == [4, 5, 4, 2]
+    when, count = _in_flight(rows)
+    assert when.tolist() == [0, 2, 10, 12, 20, 30, 40]  # a batch ends at 10 as one starts
+    assert count.tolist() == [4, 5, 4, 3, 0, 2, 0]
