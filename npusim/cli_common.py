@@ -57,7 +57,7 @@ def mode_option() -> Any:
 def trace_option() -> Any:
     """``--trace FILE`` for serving workloads."""
     return typer.Option(None, "--trace", metavar="FILE",
-                        help="Serving workloads: request trace (CSV, JSONL or Azure CSV) "
+                        help="Serving workloads: request trace (CSV, JSONL, Azure CSV or Mooncake JSONL) "
                         "in place of the scenario's; --set workload.trace.limit=N keeps "
                         "its first N rows.")
 
@@ -71,12 +71,12 @@ def trace_override(trace: str | None) -> list[str]:
 
     from npusim.core.output_paths import option_path
 
-    path = option_path(trace, "--trace", "a trace file (CSV, JSONL or Azure CSV)")
+    path = option_path(trace, "--trace", "a trace file (CSV, JSONL, Azure CSV or Mooncake JSONL)")
     if path is None:
         return []
     if not path.exists():  # a command-line path is the shell's: relative to here
         raise NpusimError(f"--trace: {trace}: no such file (relative to the working directory "
-                          f"{Path.cwd()}); expected a trace file (CSV, JSONL or Azure CSV). "
+                          f"{Path.cwd()}); expected a trace file (CSV, JSONL, Azure CSV or Mooncake JSONL). "
                           f"--set workload.trace.file={trace} also looks beside the scenario "
                           "and in the npusim checkout")
     return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"]

@@ -115,6 +115,22 @@ def _detect_format(path: Path, first: str) -> str:
     return "azure" if "ContextTokens" in header else "csv"
 
 
+def _header_hint(keys: list, fmt: str) -> str:
+    """Why a header a person would read as right does not match: another delimiter, or
+    the column names in another case (they are matched exactly)."""
+    if fmt == "csv" and len(keys) == 1:
+        found = [name for d, name in (("\t", "tabs"), (";", "';'"), ("|", "'|'"))
+                 if d in str(keys[0])]
+        if found:
+            return ("; the columns must be separated by commas (this header has "
+                    f"{found[0]} in one column)")
+    lowered = {str(k).strip().lower(): str(k) for k in keys}
+    cased = [lowered[name] for name in _TIME_COLUMNS if name in lowered]
+    if cased:
+        return f"; column names are case-sensitive: write {cased[0].lower()!r}, not {cased[0]!r}"
+    return ""
+
+
 def _columns(header: list[str] | None, first: Row, source: str, fmt: str) -> dict[str, str]:
     """Map the logical fields (time, prompt, output, id, priority) to the file's columns."""
     keys = header if header is not None else list(first.values)
@@ -132,7 +148,8 @@ def _columns(header: list[str] | None, first: Row, source: str, fmt: str) -> dic
     times = [name for name in _TIME_COLUMNS if name in keys]
     if not times:
         raise TraceError(f"{where}: missing arrival-time column; expected one of "
-                         f"{', '.join(_TIME_COLUMNS)} (got {', '.join(map(str, keys))})")
+                         f"{', '.join(_TIME_COLUMNS)} (got {', '.join(map(str, keys))})"
+                         + _header_hint(keys, fmt))
     if times == ["arrival_ps", "arrival_s"]:
         # As RequestTrace.to_frame() writes them: arrival_ps is exact, and arrival_s is
         # read only to check that it says the same (a column edited by hand would not).

@@ -232,6 +232,12 @@ INVALID_CSV = [
     ("duplicate id", HEADER + "a,0,5,3\na,1,5,3\n", 3, "'a', already used at line 2"),
     ("missing column", "id,arrival_ps,prompt_tokens\na,0,5\n", 1, "missing column 'output_tokens'"),
     ("no time column", "prompt_tokens,output_tokens\n5,3\n", 1, "missing arrival-time column"),
+    ("semicolons", "arrival_s;prompt_tokens;output_tokens\n0;5;3\n", 1,
+     "separated by commas (this header has ';' in one column)"),
+    ("tabs", "arrival_s\tprompt_tokens\toutput_tokens\n0\t5\t3\n", 1,
+     "separated by commas (this header has tabs in one column)"),
+    ("capitalised", "Arrival_S,prompt_tokens,output_tokens\n0,5,3\n", 1,
+     "column names are case-sensitive: write 'arrival_s', not 'Arrival_S'"),
     ("two time columns", "arrival_s,timestamp,prompt_tokens,output_tokens\n0,0,1,1\n", 1,
      "exactly one arrival-time column"),
     ("seconds that disagree", "arrival_ps,arrival_s,prompt_tokens,output_tokens\n0,0,1,1\n"
