@@ -141,6 +141,8 @@ def schedulers(draw, pressure=False, keep_chunks=False):
         units = draw(st.sampled_from([None, None, 1, 4, cfg["token_budget"]]))
         if units is not None:  # a chunk costs fixed budget units (NpuSim §4.3.2)
             cfg["prefill_chunk_units"] = min(units, cfg["token_budget"])
+        elif cfg["max_batch_tokens"] < cfg["token_budget"]:  # (a token budget above the
+            cfg["prefill_chunk_units"] = 1                   # cap is a config error)
     else:
         # small limits make long prompts inadmissible (rejected on arrival, with a reason)
         cfg["max_batch_tokens"] = draw(st.sampled_from([2048, 1024] if pressure

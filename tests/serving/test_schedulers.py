@@ -214,10 +214,15 @@ def test_a_pipelined_prompt_continues_after_its_chunks_in_flight():
 @pytest.mark.parametrize("settings, message", [
     ({"pipeline_chunks": True, "chunk_kv": "recompute"}, "expected chunk_kv: keep"),
     ({"token_budget": 4, "prefill_chunk_units": 5}, "no prefill chunk would ever fit"),
+    # was capped silently: the run used a budget of 2048, the default max_batch_tokens
+    ({"token_budget": 4096}, r"token_budget = 4096 exceeds max_batch_tokens = 2048, .* "
+                             r"expected token_budget <= 2048, or raise max_batch_tokens"),
 ])
 def test_chunk_settings_that_cannot_work_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         ChunkedPrefillConfig(**settings)
+    # budget units per chunk are not tokens: max_batch_tokens caps those on its own
+    assert ChunkedPrefillConfig(token_budget=4096, prefill_chunk_units=4).token_budget == 4096
 
 
 def lanes_view(running, stages):

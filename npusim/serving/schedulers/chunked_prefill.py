@@ -61,6 +61,13 @@ class ChunkedPrefillConfig(PipelinedDecodeConfig):
             raise ValueError("pipeline_chunks: true runs a prompt's chunks one stage apart, "
                              "each reading the KV the one ahead wrote; chunk_kv: recompute "
                              "keeps no KV between chunks; expected chunk_kv: keep")
+        if self.prefill_chunk_units is None and self.token_budget > self.max_batch_tokens:
+            # counted in tokens, the budget is capped by max_batch_tokens: say so rather
+            # than run a budget other than the one written
+            raise ValueError(f"token_budget = {self.token_budget} exceeds max_batch_tokens = "
+                             f"{self.max_batch_tokens}, which caps an iteration's tokens, so "
+                             "the budget above it would never be used; expected token_budget "
+                             f"<= {self.max_batch_tokens}, or raise max_batch_tokens")
         if self.prefill_chunk_units is not None and self.prefill_chunk_units > self.token_budget:
             raise ValueError(f"prefill_chunk_units = {self.prefill_chunk_units} exceeds "
                              f"token_budget = {self.token_budget}: no prefill chunk would "
