@@ -159,7 +159,9 @@ def plot(
                                     "heatmap: a parameter)."),
     value: Optional[str] = typer.Option(None, "--value", metavar="COLUMN",
                                         help="heatmap: the metric to colour; "
-                                        "cdf: the column to take samples from."),
+                                        "cdf: the column to take samples from (a serving "
+                                        "run: a requests.csv column, or gap_ps for every "
+                                        "inter-token gap)."),
     hue: Optional[str] = typer.Option(None, "--hue", metavar="COLUMN",
                                       help="line: one line per value; "
                                       "cdf: one curve per value."),

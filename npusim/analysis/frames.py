@@ -420,10 +420,15 @@ def _expand_lists(values: "pd.Series", column: str) -> "pd.Series":
     return pd.Series(samples, dtype=float)
 
 
+#: The sample name that asks a serving run for every inter-token gap (token_table's).
+INTER_TOKEN_GAPS = "gap_ps"
+
+
 def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series", str]:
     """Latency samples for a CDF and the column they came from.
 
-    A Result (or run) with a per-request table uses its latency column; otherwise
+    A Result (or run) with a per-request table uses its latency column (``gap_ps``: every
+    gap between two tokens of a request, the inter-token latency); otherwise
     ``column`` of a DataFrame (JSON lists in it are expanded, one sample per element);
     otherwise the ``duration_ps`` of every task in the ops table.
     """
@@ -438,6 +443,12 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
                 and {"arrival_ps", "finish_ps"} <= set(requests):
             return (requests["finish_ps"] - requests["arrival_ps"]).dropna(), "e2e_ps"
         name = column or next((c for c in names if c in requests), None)
+        if name == INTER_TOKEN_GAPS and name not in requests:
+            # every gap between two tokens of a request (vLLM's ITL), from token_times_ps
+            from npusim.analysis.tokens import token_table
+
+            tokens = token_table(source)
+            return tokens.loc[~tokens["first"], "gap_ps"].reset_index(drop=True), name
         if name is None:
             raise AnalysisError(f"{_origin(requests)}the per-request table has no latency "
                                 f"column ({', '.join(names)}, or arrival_ps and finish_ps); "

@@ -96,3 +96,19 @@ def test_a_result_prints_as_one_summary_line():
     assert "requests=3 (3 finished, 0 rejected), tables=['iterations', 'requests'])" in text
     gemm = repr(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
     assert "requests=" not in gemm and "tables=" not in gemm and ", ops=" in gemm
+
+
+def test_a_cdf_of_every_inter_token_gap_from_the_api_and_the_cli(tmp_path, capsys):
+    # 'gap_ps' was "no column 'gap_ps' in the per-request table": every-gap ITL needed Python
+    from npusim.cli import main
+
+    result = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml", mode="analytic",
+                             overrides=["workload.trace.limit=3"])
+    gaps, name = analysis.latency_samples(result, "gap_ps")
+    assert name == "gap_ps" and len(gaps) == 3 * 99  # 100 tokens each, the first is TTFT
+    assert math.isclose(gaps.mean() / 1e9, result.metrics["tbt_ms_mean"], rel_tol=1e-12)
+    result.write(tmp_path / "run")
+    with pytest.raises(SystemExit) as done:
+        main(["plot", str(tmp_path / "run"), "--kind", "cdf", "--value", "gap_ps"])
+    assert done.value.code in (0, None)
+    assert (tmp_path / "run" / "plot-cdf-gap_ps.png").stat().st_size > 0
