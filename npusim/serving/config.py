@@ -197,7 +197,11 @@ class SloConfig(NumbersNotBooleans):
                                                       "is at most this (ms, or a time such "
                                                       "as '1.5s')...")
     tbt_ms: float = Field(200.0, gt=0, description="... and its mean TBT at most this (ms, "
-                                                    "or a time such as '50ms').")
+                                                    "or a time such as '50ms'): the mean of "
+                                                    "its gaps after the first token, which "
+                                                    "the metrics call TPOT (tpot_ms_*, as "
+                                                    "vLLM's TPOT SLO), not every gap "
+                                                    "(tbt_ms_*).")
 
     @field_validator("ttft_ms", "tbt_ms", mode="before")
     @classmethod
