@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from npusim import __version__
+from npusim.config.overrides import override_list
 from npusim.core import registry
 from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, TraceError,
                                  with_source)
@@ -23,7 +24,6 @@ from npusim.executor.base import OPERAND_STALL
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
 from npusim.hw.base import ComputeUnit, MemoryTarget
-from npusim.config.overrides import override_list  # noqa: F401  (public here too)
 from npusim.metrics.result import Result
 from npusim.workload.program import Program
 
