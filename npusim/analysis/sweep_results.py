@@ -20,7 +20,7 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     points that ran.  Whole-number columns are int64, or pandas' nullable Int64 where
     some rows lack a value (a failed point has no metrics).
     """
-    from npusim.sweep.store import ResultStore
+    from npusim.sweep.store import ResultStore, plain_whole_numbers
 
     if status not in (None, "ok", "failed", "skipped"):
         raise AnalysisError(f"status: expected 'ok', 'failed', 'skipped' or None, got {status!r}")
@@ -34,10 +34,8 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     frame = store.read()
     if status is not None:
         frame = frame[frame["status"] == status].reset_index(drop=True)
-        for column in frame.columns:  # the rows that lacked a whole number are gone
-            if frame[column].dtype == "Int64" and not frame[column].isna().any():
-                frame[column] = frame[column].astype("int64")
-        frame = frame.copy()  # one block again after the column-wise assignments
+        # the rows that lacked a whole number may be gone; copy: one block again
+        frame = plain_whole_numbers(frame).copy()
     frame.attrs["sweep_dir"] = str(root)  # later messages (a column not there) name it
     return frame
 

@@ -112,10 +112,11 @@ class Result:
         frame = pd.DataFrame.from_dict(self.unit_stats, orient="index").fillna(0)
         # A counter only some parts have (flops on compute units) is 0 on the others,
         # not NaN: keep such columns integral (counts, bytes, ps) rather than float64.
-        integral = {name for stats in self.unit_stats.values() for name, value in stats.items()
-                    if not isinstance(value, int) or isinstance(value, bool)}
+        fractional = {name for stats in self.unit_stats.values()
+                      for name, value in stats.items()
+                      if not isinstance(value, int) or isinstance(value, bool)}
         for column in frame.columns:
-            if column not in integral and frame[column].dtype.kind == "f":
+            if column not in fractional and frame[column].dtype.kind == "f":
                 frame[column] = frame[column].astype("int64")
         frame.index.name = "unit"
         latency = self.metrics["latency_ps"]

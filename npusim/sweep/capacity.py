@@ -462,9 +462,10 @@ def _outcome(meet: CapacityProbe | None, miss: CapacityProbe | None, tolerance: 
         if meet.short_trace and not note:
             # A burst: every rate above this squeezes the same requests into an even
             # shorter window, so more probes would only raise a meaningless bound.
-            return "all_meet", (f"every probe met the target, but {_short_trace(meet, lengthenable)}; "
-                                "more probes or a higher start would only report a higher "
-                                "rate for the same burst")
+            short = _short_trace(meet, lengthenable)
+            return "all_meet", (f"every probe met the target, but {short}; more probes or a "
+                                "higher start would only report a higher rate for the same "
+                                "burst")
         return "all_meet", note or (
             f"every probe met the target; {meet.offered_requests_per_s:.4g} req/s is a lower "
             "bound: raise the probe limit (--max-probes, max_probes) or start higher "

@@ -391,11 +391,9 @@ class ResultStore:
             frame = frame[frame["key"].isin(order)].copy()
             frame["point"] = frame["key"].map(order).astype("int64")
         if not keep_missing_ints:  # readers get int64 where no row lacks the value
+            frame = plain_whole_numbers(frame)
             for column in frame.columns:
-                dtype = frame[column].dtype
-                if dtype == "Int64" and not frame[column].isna().any():
-                    frame[column] = frame[column].astype("int64")
-                elif dtype == "Float64":  # a column whole in some files, not in others
+                if frame[column].dtype == "Float64":  # whole in some files, not in others
                     frame[column] = frame[column].astype("float64")
         if "point" in frame:
             frame = frame.sort_values("point", kind="stable").reset_index(drop=True)
@@ -468,6 +466,15 @@ def _alive(holder: Mapping[str, Any], host: str) -> bool:
     except PermissionError:  # another user's live process
         return True
     return True
+
+
+def plain_whole_numbers(frame: "pd.DataFrame") -> "pd.DataFrame":
+    """``frame`` with every nullable Int64 column that has no missing value as plain
+    int64 (the columns with gaps stay Int64 rather than turning float64)."""
+    for column in frame.columns:
+        if frame[column].dtype == "Int64" and not frame[column].isna().any():
+            frame[column] = frame[column].astype("int64")
+    return frame
 
 
 def load_results(root: str | Path) -> "pd.DataFrame":
