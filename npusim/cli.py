@@ -277,6 +277,8 @@ def run(
         if metrics.get("requests_rejected"):
             # said even with --quiet: the latencies and rates cover only what finished
             _warn_rejections(metrics, result.tables.get("requests", []), out_dir)
+        for note in metrics.get("notes", ()):  # a setting the run could not act on
+            typer.secho(f"  note: {note}", fg=typer.colors.YELLOW, err=True)
         if not quiet:
             if not result.config.get("run", {}).get("trace", True):
                 typer.echo("  (run.trace is false: ops.csv and trace.json hold no per-task "

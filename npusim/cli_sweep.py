@@ -125,6 +125,9 @@ def sweep(
                         + " (names as in metrics.json, nested keys joined with dots, e.g. "
                         "'ttft_ms_p90', 'bytes_by_level.hbm'; globs allowed)",
                         fg=typer.colors.YELLOW, err=True)
+        for note, points in summary.notes.items():  # settings the runs could not act on
+            typer.secho(f"  note ({points:,} of {summary.ok:,} points run): {note}",
+                        fg=typer.colors.YELLOW, err=True)
         if summary.duplicates:
             typer.secho(f"  {counted(summary.duplicates, 'point')} "
                         f"{'repeats' if summary.duplicates == 1 else 'repeat'} another "

@@ -16,6 +16,7 @@ next run retries it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -29,6 +30,8 @@ from npusim.sweep.spec import Point, SweepSpec, load_spec, spec_from_dict
 from npusim.sweep.store import ResultStore, flatten_metrics
 
 EXECUTORS = ("local", "dask", "serial")
+#: The column of a serving point's setting notes (JSON list; kept by every metrics filter).
+NOTES_COLUMN = "metrics.notes"
 #: Most ``--workers`` per CPU.  The points are CPU-bound, so more processes than CPUs
 #: only compete for them, and each costs memory: ``--workers 100000`` started ~1900
 #: processes and exhausted memory before failing.  Far beyond this is a typo.
@@ -54,6 +57,8 @@ class SweepSummary:
     wall_time_s: float = 0.0
     errors: list[str] = field(default_factory=list)
     unmatched_metrics: list[str] = field(default_factory=list)  # spec patterns matching none
+    #: each setting note of a serving run (metrics.json ``notes``) and how many points had it
+    notes: dict[str, int] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -107,8 +112,9 @@ def kept_metrics(flat: dict[str, Any], patterns: tuple[str, ...] | None) -> dict
     if patterns is None:
         return flat
     prefix = len("metrics.")
+    # The notes (settings a serving run could not act on) explain the kept numbers.
     return {key: value for key, value in flat.items()
-            if any(_metric_matches(key[prefix:], p) for p in patterns)}
+            if key == NOTES_COLUMN or any(_metric_matches(key[prefix:], p) for p in patterns)}
 
 
 def _metric_matches(name: str, pattern: str) -> bool:
@@ -412,6 +418,8 @@ def _record(store: ResultStore, row: dict, summary: SweepSummary,
     status = row["status"]
     if status == "ok":
         summary.ok += 1
+        for note in json.loads(row.get(NOTES_COLUMN) or "[]"):
+            summary.notes[note] = summary.notes.get(note, 0) + 1
     elif status == "skipped":
         summary.skipped += 1
     else:

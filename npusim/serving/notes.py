@@ -1,0 +1,60 @@
+"""Settings a serving run was given that could not act on it: said, not silently ignored.
+
+Each is a valid configuration (a sweep may well hold one fixed while it varies what
+would make it matter), so it is a note in ``metrics.json`` (``notes``) that ``npusim
+run`` prints, not an error: a user who sets ``scheduler.order: priority`` on a trace
+whose requests all share one priority should learn that the run served them first come,
+first served, instead of reading the result as the effect of priority scheduling.
+"""
+
+from __future__ import annotations
+
+from npusim.core.text import counted
+
+
+def settings_notes(config, trace, replicas) -> list[str]:
+    """The notes for a serving run of ``trace`` on ``replicas`` under ``config`` (a
+    ``ServingWorkloadConfig``), in the order of the config's fields."""
+    notes: list[str] = []
+    limit = config.trace.limit
+    if limit is not None and len(trace) < limit:
+        notes.append(f"workload.trace.limit: {limit:,} is more than the trace's "
+                     f"{counted(len(trace), 'request')} ({trace.source}): all of them ran")
+    priorities = {request.priority for request in trace}
+    orders = {getattr(config.scheduler_for(r.role), "order", "fcfs") for r in replicas}
+    order = "priority" if "priority" in orders else "fcfs"
+    if order == "priority" and len(priorities) <= 1:
+        notes.append(f"workload.scheduler.order: priority, but every request has priority "
+                     f"{next(iter(priorities), 0)}: they were served first come, first "
+                     "served (give the trace a priority column, or a generator's "
+                     "priorities: {0: 1, 1: 4})")
+    elif order != "priority" and len(priorities) > 1:
+        notes.append(f"the trace has {len(priorities)} priority classes and "
+                     f"workload.scheduler.order is {order}: served by arrival (by_priority "
+                     "in metrics.json shows how each class fared); order: priority serves "
+                     "lower values first")
+    entry = [replica for replica in replicas if replica.role != "decode"]
+    if config.router != "shared_queue" and len(entry) == 1:
+        field = "pd.dp" if config.pd.mode == "fusion" else "pd.prefill_dp"
+        notes.append(f"workload.router: {config.router} has one replica to route to "
+                     f"({field} = 1): no effect")
+    preempts_by_priority = any(getattr(config.scheduler_for(r.role), "preempt_lower_priority",
+                                       False) for r in replicas)
+    if (config.preemption == "swap" and config.kv_reservation == "max_length"
+            and not preempts_by_priority):
+        notes.append("workload.preemption: swap, but nothing is preempted: kv_reservation: "
+                     "max_length reserves each request's whole KV at admission (preemption "
+                     "happens under kv_reservation: incremental, or with "
+                     "scheduler.preempt_lower_priority)")
+    longest = max((r.prompt_tokens + r.output_tokens for r in trace), default=0)
+    block = config.kv_block_tokens
+    if longest and block > longest:
+        capacity = min(replica.kv_capacity_tokens for replica in replicas)
+        notes.append(f"workload.kv_block_tokens: {block:,} is more than the longest request "
+                     f"({longest:,} tokens): every request holds a block that is mostly "
+                     f"empty, so a replica holds at most {capacity // block:,} at once "
+                     "(vLLM's block_size is 16; 1 is NpuSim's exact buffer)")
+    return notes
+
+
+__all__ = ["settings_notes"]

@@ -1,0 +1,96 @@
+"""Settings a serving run cannot act on are said (metrics.json ``notes``, printed by
+``npusim run`` and counted by ``npusim sweep``), not silently ignored; a run whose
+settings all act has none."""
+
+import json
+
+import pytest
+
+from npusim.api import simulate
+from npusim.cli import main
+from npusim.config.presets import REPO_ROOT
+from npusim.sweep import run_sweep, spec_from_dict
+
+pytestmark = pytest.mark.component
+
+FUSION = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml")
+DISAGG = str(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_disagg.yaml")
+FAST = ["run.mode=analytic", "workload.trace.limit=4"]
+HOST = ("hw.host={link: {preset: links/pcie4_x16}, memory: {preset: memory/ddr4_3200, "
+        "channels: 4}}")
+
+
+def notes(scenario, *overrides):
+    return simulate(scenario, overrides=[*FAST, *overrides]).metrics["notes"]
+
+
+def test_the_shipped_scenarios_have_no_notes():
+    assert notes(FUSION) == [] and notes(DISAGG) == []
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    (["workload.scheduler.order=priority"],
+     "workload.scheduler.order: priority, but every request has priority 0"),
+    (["workload.router=round_robin"],
+     "workload.router: round_robin has one replica to route to (pd.dp = 1)"),
+    (["workload.trace.limit=1000"],
+     "workload.trace.limit: 1,000 is more than the trace's 32 requests"),
+    (["workload.kv_block_tokens=4096"],
+     "workload.kv_block_tokens: 4,096 is more than the longest request (200 tokens)"),
+    (["workload.preemption=swap", HOST],
+     "workload.preemption: swap, but nothing is preempted: kv_reservation: max_length"),
+])
+def test_a_setting_without_effect_is_noted(overrides, fragment):
+    found = notes(FUSION, *overrides)
+    assert len(found) == 1 and fragment in found[0]
+
+
+def test_settings_that_act_are_not_noted(tmp_path):
+    # two replicas to route between; swap under incremental reservation; a block below
+    # the longest request; priorities served by priority
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens,priority\n"
+                     + "".join(f"r{i},{i * 1000},100,10,{i % 2}\n" for i in range(4)))
+    assert notes(FUSION, f"workload.trace.file={trace}", "workload.pd.dp=2",
+                 "workload.router=round_robin", "workload.kv_reservation=incremental",
+                 "workload.preemption=swap", HOST, "workload.kv_block_tokens=16",
+                 "workload.scheduler.order=priority") == []
+    # the same priority classes served by arrival are noted
+    found = notes(FUSION, f"workload.trace.file={trace}")
+    assert found == ["the trace has 2 priority classes and workload.scheduler.order is fcfs: "
+                     "served by arrival (by_priority in metrics.json shows how each class "
+                     "fared); order: priority serves lower values first"]
+
+
+def test_disaggregation_names_its_own_router_field():
+    assert "(pd.prefill_dp = 1)" in notes(DISAGG, "workload.router=least_outstanding")[0]
+
+
+def test_npusim_run_prints_the_notes_even_when_quiet(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", FUSION, "-q", "--mode", "analytic", "--out", str(tmp_path),
+              "--set", "workload.trace.limit=1000"])
+    err = capsys.readouterr().err
+    assert info.value.code in (0, None)
+    assert "note: workload.trace.limit: 1,000 is more than" in err
+    assert json.loads((tmp_path / "metrics.json").read_text())["notes"][0].startswith(
+        "workload.trace.limit")
+
+
+def test_a_sweep_counts_each_note_over_its_points_and_keeps_the_column(tmp_path):
+    spec = spec_from_dict({"base": FUSION, "set": {"run.mode": "analytic",
+                                                   "workload.trace.limit": 4},
+                           "metrics": ["ttft_ms_p90"],
+                           "axes": [{"grid": {"workload.router": ["shared_queue",
+                                                                  "round_robin"]}}]},
+                          "notes.yaml")
+    summary = run_sweep(spec, tmp_path / "out", executor="serial")
+    assert summary.ok == 2
+    ((note, points),) = summary.notes.items()
+    assert note.startswith("workload.router: round_robin") and points == 1
+    from npusim.sweep import load_results
+
+    frame = load_results(tmp_path / "out")
+    # a metrics filter keeps the notes: they explain the numbers it keeps
+    assert {"metrics.ttft_ms_p90", "metrics.notes"} <= set(frame.columns)
+    assert set(frame["metrics.notes"]) == {"[]", json.dumps([note])}
