@@ -59,7 +59,10 @@ class KvAdmission:
     def _admissible(self, state: RequestState, pools: dict[int, KvPool]) -> Refusal | None:
         """Why ``state`` can never be served (None if it can)."""
         window = getattr(self.model, "max_position_embeddings", None)
-        if window and state.max_tokens > window:  # as vLLM refuses a prompt past max_model_len
+        # The whole request, not the prompt alone: a trace's output count is what the
+        # request generated, which a model cannot take past its window (vLLM's engine
+        # stops there; its OpenAI server refuses prompt + max_tokens > max_model_len).
+        if window and state.max_tokens > window:
             return Refusal("context_window",
                            f"prompt + output = {state.max_tokens} tokens exceed "
                            f"{self.model.name}'s context window of {window} tokens "

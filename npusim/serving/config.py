@@ -115,6 +115,13 @@ class PdConfig(NumbersNotBooleans):
     decode_core: CoreVariant | None = Field(
         None, description="Heterogeneous disaggregation: decode cores with a different "
                           "systolic size / HBM bandwidth than the chip preset.")
+    decode_scheduler: dict[str, Any] | None = Field(
+        None, description="Disaggregation: the decode pool's own scheduler limits, as the "
+                          "workload.scheduler fields that differ (e.g. {max_batch_size: "
+                          "256, token_budget: 256}; DistServe and Splitwise size each "
+                          "pool's batches separately). Default: workload.scheduler limits "
+                          "both pools. Not kind: a decode pool runs the workload's "
+                          "scheduler on decodes only.")
 
     def pools(self, chip_cores: int | None = None) -> list[Pool]:
         """The mode's pools; fusion's default cores are ``chip_cores``."""
@@ -144,7 +151,8 @@ class PdConfig(NumbersNotBooleans):
             raise ValueError("disaggregation needs pd.prefill_cores and pd.decode_cores")
         # A field the mode does not use would be ignored silently: say so instead.
         unused = (("prefill_cores", "decode_cores", "prefill_tp", "decode_tp", "prefill_dp",
-                   "decode_dp", "prefill_layers_per_stage", "decode_layers_per_stage")
+                   "decode_dp", "prefill_layers_per_stage", "decode_layers_per_stage",
+                   "decode_scheduler")
                   if self.mode == "fusion" else ("cores", "dp", "layers_per_stage"))
         given = [f"pd.{name}={getattr(self, name)}" for name in unused
                  if getattr(self, name) != type(self).model_fields[name].default]
@@ -347,8 +355,54 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
                              "chunks; expected chunk_kv: keep with prefix caching")
         return self
 
+    @model_validator(mode="after")
+    def _decode_scheduler(self) -> "ServingWorkloadConfig":
+        self.scheduler_for("decode")  # raises naming pd.decode_scheduler's bad field
+        return self
+
+    def scheduler_for(self, role: str):
+        """The scheduler config of a pool of ``role`` ("fused", "prefill", "decode"):
+        ``scheduler``, with ``pd.decode_scheduler``'s fields on a decode pool."""
+        changes = self.pd.decode_scheduler
+        if role != "decode" or not changes:
+            return self.scheduler
+        return _scheduler_with(self.scheduler, changes)
+
     def chip_problem(self, cores: int) -> tuple[str, str] | None:
         return self.pd.chip_problem(cores)
+
+
+def _scheduler_with(scheduler, changes: dict[str, Any]):
+    """``scheduler`` with the fields in ``changes`` (``pd.decode_scheduler``), checked
+    as the scheduler's own fields are; a problem names ``pd.decode_scheduler.FIELD``."""
+    import difflib
+
+    from pydantic import ValidationError
+
+    where = "pd.decode_scheduler"
+    fields = type(scheduler).model_fields
+    for key in changes:
+        if key == "kind":
+            raise ValueError(f"{where}.kind: a decode pool runs workload.scheduler's kind "
+                             f"({scheduler.kind}) on decodes only; expected only its limits "
+                             "here (max_batch_size, max_batch_tokens, token_budget ...)")
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{where}.{key}: unknown key for kind: {scheduler.kind}{hint} "
+                             f"(known keys: {', '.join(sorted(set(fields) - {'kind'}))})")
+    try:
+        return type(scheduler).model_validate({**scheduler.model_dump(), **changes})
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        path = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        if path:  # one field's value
+            raise ValueError(f"{where}.{path}: {message} (got {error['input']!r})") from None
+        # a check across fields, of workload.scheduler with these fields changed
+        raise ValueError(f"{where}: {message} (in workload.scheduler with "
+                         f"{', '.join(f'{k}={v!r}' for k, v in changes.items())} for the "
+                         "decode pool)") from None
 
 
 @register("workload", ServingWorkloadConfig)

@@ -26,6 +26,7 @@ from npusim.serving.admission import KvAdmission
 from npusim.serving.iterations import IterationLog
 from npusim.serving.kv_cache import KvPool
 from npusim.serving.metrics import run_info, summarise
+from npusim.serving.notes import settings_notes
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
 from npusim.serving.state import Entry, Refusal, RequestState, SchedulerView
 from npusim.workload.models import load_model
@@ -45,8 +46,11 @@ class ServingDriver(KvAdmission):
         longest = max((r.prompt_tokens + r.output_tokens for r in self.trace), default=1)
         self.replicas = build_replicas(device, config, self.model, longest)
         self.prefix_block_tokens = self._check_prefix_caching()
+        #: settings this run cannot act on (metrics.json ``notes``; ``npusim run`` prints them)
+        self.notes = settings_notes(config, self.trace, self.replicas)
         scheduler_cls = registry.lookup("scheduler", config.scheduler.kind).impl
-        self.schedulers = {r.index: scheduler_cls(config.scheduler) for r in self.replicas}
+        self.schedulers = {r.index: scheduler_cls(config.scheduler_for(r.role))
+                           for r in self.replicas}
         kv_dtype = config.kv_dtype_bytes or config.dtype_bytes
         self.kv_bytes_per_token_layer = 2 * self.model.kv_size * kv_dtype
         # Swap preemption moves KV to the host memory behind the chip's host link.
@@ -125,7 +129,7 @@ class ServingDriver(KvAdmission):
             return SchedulerView(now, waiting, running, pool.free_tokens,
                                  reserves_max(replica), in_flight[replica.index], replica.role,
                                  min(len(replica.groups), bounds[replica.index][1]), len(flying),
-                                 self.config.scheduler.fill_pipeline,
+                                 self.config.scheduler_for(replica.role).fill_pipeline,
                                  kv_cost=lambda state, tokens: pool.admission_cost(
                                      tokens, state.prefix_keys, state.cache_hit_blocks),
                                  kv_growth=lambda grown: sum(pool.growth_cost(s) for s in grown),
@@ -444,7 +448,8 @@ class ServingDriver(KvAdmission):
                         "requests_rejected_by_kind": dict(sorted(
                             by_kind.items(), key=lambda item: (-item[1], item[0]))),
                         "iterations": sum(iterations.values()),
-                        "iterations_by_replica": log.summary()})
+                        "iterations_by_replica": log.summary(),
+                        "notes": self.notes})
         info = run_info(self, pools)
         # The run's latency is the serving window, as the rates use: from the first
         # arrival (a trace need not start at 0) to the end of the last work.

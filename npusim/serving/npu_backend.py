@@ -398,7 +398,7 @@ def _runs(counts) -> str:
 
 def _replica(device, config, model, role: str, index: int, groups: list[Group], tp: int,
              max_request_tokens: int, key_ids: dict) -> Replica:
-    scheduler = config.scheduler
+    scheduler = config.scheduler_for(role)
     iteration_tokens = scheduler.iteration_tokens
     setting = ("workload.scheduler.max_batch_tokens (token_budget with chunked_prefill "
                "unless prefill_chunk_units is set, plus a request's tokens with chunk_kv: "
@@ -411,8 +411,9 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
             iteration_tokens = scheduler.decode_slots
             limit = ("max_batch_size" if scheduler.max_batch_size <= scheduler.max_batch_tokens
                      else "max_batch_tokens")
-            setting = (f"workload.scheduler.{limit} (a decode pool's iteration: one token "
-                       "per request)")
+            owner = ("workload.pd.decode_scheduler" if limit in (config.pd.decode_scheduler or {})
+                     else "workload.scheduler")
+            setting = f"{owner}.{limit} (a decode pool's iteration: one token per request)"
     elif getattr(scheduler, "chunk_kv", "keep") == "recompute":
         # A chunk runs its prompt prefix again, beyond the budget's new tokens: up to a
         # whole request's tokens more activations in one iteration.
