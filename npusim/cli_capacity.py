@@ -97,6 +97,8 @@ def capacity(
                        f"req/s misses it" + (f"; {found.note}" if found.note else ""))
         else:
             typer.echo(f"capacity: {found.status.replace('_', ' ')}: {found.note}")
+        for note in found.settings_notes:  # a setting the runs could not act on
+            typer.secho(f"  note: {note}", fg=typer.colors.YELLOW, err=True)
         if not quiet:
             typer.echo(f"results written to {out_dir}/")
 

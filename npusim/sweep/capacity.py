@@ -135,6 +135,8 @@ class CapacityResult:
     first_miss: CapacityProbe | None
     note: str = ""
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: settings the scenario's runs could not act on (each probe's metrics ``notes``)
+    settings_notes: tuple[str, ...] = ()
 
     @property
     def max_requests_per_s(self) -> float | None:
@@ -293,6 +295,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
         seed_path, first_seed = "run.seed", scenario.run.seed
     probes: list[CapacityProbe] = []
     never_kinds: dict[str, int] = {}  # the last probe's never-servable rejections, by kind
+    settings_notes: list[str] = []  # in the order first seen over the probes
 
     def probe(scale: float) -> CapacityProbe:
         try:
@@ -306,6 +309,7 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                                    for i in range(seeds)])
         except (MappingError, TraceError) as exc:  # the scenario object knows no file name
             raise with_source(exc, source) from None
+        settings_notes.extend(n for n in metrics.get("notes", ()) if n not in settings_notes)
         never = {kind: count for kind, count in metrics.get("requests_rejected_by_kind", {}).items()
                  if kind in NEVER_SERVABLE_KINDS}
         never_kinds.clear()  # the same at every rate: the last probe's stand for all
@@ -397,7 +401,8 @@ def find_capacity(config: Any, *, target_attainment: float = DEFAULTS["attainmen
                           target_attainment=target_attainment, tolerance=tolerance, slo=slo,
                           seeds=seeds,
                           status=status, probes=tuple(probes), best=meet, first_miss=miss,
-                          note=note, config=scenario.model_dump(mode="json"))
+                          note=note, config=scenario.model_dump(mode="json"),
+                          settings_notes=tuple(settings_notes))
 
 
 def _load_rejections(probe: CapacityProbe) -> int:

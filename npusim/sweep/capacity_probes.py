@@ -28,7 +28,9 @@ def pooled(results: list) -> dict[str, Any]:
            "requests_rejected": sum(m["requests_rejected"] for m in metrics),
            "requests_rejected_by_kind": by_kind,
            "offered_requests_per_s": float(np.mean([m["offered_requests_per_s"] for m in metrics])),
-           "goodput_requests_per_s": float(np.mean([m["goodput_requests_per_s"] for m in metrics]))}
+           "goodput_requests_per_s": float(np.mean([m["goodput_requests_per_s"] for m in metrics])),
+           # the settings notes of every replay, each once
+           "notes": list(dict.fromkeys(n for m in metrics for n in m.get("notes", ())))}
     for key in ("slo_attainment", "slo_attainment_ttft", "slo_attainment_tbt"):
         out[key] = sum(m[key] * m["requests_total"] for m in metrics) / total
     done = tables[tables["status"] == "finished"]

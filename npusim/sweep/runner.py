@@ -30,8 +30,10 @@ from npusim.sweep.spec import Point, SweepSpec, load_spec, spec_from_dict
 from npusim.sweep.store import ResultStore, flatten_metrics
 
 EXECUTORS = ("local", "dask", "serial")
-#: The column of a serving point's setting notes (JSON list; kept by every metrics filter).
+#: The column of a serving point's setting notes (JSON list; kept by every metrics filter),
+#: and of a capacity point's (its probes' notes).
 NOTES_COLUMN = "metrics.notes"
+CAPACITY_NOTES_COLUMN = "capacity.settings_notes"
 #: Most ``--workers`` per CPU.  The points are CPU-bound, so more processes than CPUs
 #: only compete for them, and each costs memory: ``--workers 100000`` started ~1900
 #: processes and exhausted memory before failing.  Far beyond this is a typo.
@@ -139,6 +141,7 @@ def capacity_columns(config: dict[str, Any], settings: dict[str, Any]) -> dict[s
              find_capacity(config, **search))
     row = {"capacity.status": found.status, "capacity.requests_per_s": found.max_requests_per_s,
            "capacity.probes": len(found.probes), "capacity.note": found.note,
+           CAPACITY_NOTES_COLUMN: json.dumps(list(found.settings_notes)),
            **{f"capacity.{name}": value for name, value in settings.items()}}
     for name, probe in (("best", found.best), ("first_miss", found.first_miss)):
         for field_name in CapacityProbe.__dataclass_fields__:
@@ -418,7 +421,7 @@ def _record(store: ResultStore, row: dict, summary: SweepSummary,
     status = row["status"]
     if status == "ok":
         summary.ok += 1
-        for note in json.loads(row.get(NOTES_COLUMN) or "[]"):
+        for note in json.loads(row.get(NOTES_COLUMN) or row.get(CAPACITY_NOTES_COLUMN) or "[]"):
             summary.notes[note] = summary.notes.get(note, 0) + 1
     elif status == "skipped":
         summary.skipped += 1

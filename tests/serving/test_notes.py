@@ -94,3 +94,14 @@ def test_a_sweep_counts_each_note_over_its_points_and_keeps_the_column(tmp_path)
     # a metrics filter keeps the notes: they explain the numbers it keeps
     assert {"metrics.ttft_ms_p90", "metrics.notes"} <= set(frame.columns)
     assert set(frame["metrics.notes"]) == {"[]", json.dumps([note])}
+
+
+def test_a_capacity_search_keeps_and_prints_the_notes(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["capacity", FUSION, "-q", "--mode", "analytic", "--max-probes", "2",
+              "--out", str(tmp_path), "--set", "workload.router=round_robin",
+              "--set", "workload.trace.limit=8"])
+    assert info.value.code in (0, None)
+    assert "note: workload.router: round_robin has one replica" in capsys.readouterr().err
+    saved = json.loads((tmp_path / "capacity.json").read_text())["settings_notes"]
+    assert len(saved) == 1 and saved[0].startswith("workload.router: round_robin")
