@@ -59,6 +59,8 @@ class Result:
         if "requests_total" in m:  # a serving run
             parts.append(f"requests={m['requests_total']} ({m.get('requests_finished')} "
                          f"finished, {m.get('requests_rejected')} rejected)")
+        if m.get("notes"):  # settings the run could not act on: worth a look
+            parts.append(f"notes={len(m['notes'])} (metrics['notes'])")
         if self.tables:
             parts.append(f"tables={sorted(self.tables)}")
         return f"Result({', '.join(parts)})"

@@ -94,6 +94,9 @@ def test_a_result_prints_as_one_summary_line():
     assert text.startswith("Result(scenario='qwen3_4b_npu64_pd_fusion', mode='analytic', "
                            f"latency_s={serving.metrics['latency_s']:.6g}, ")
     assert "requests=3 (3 finished, 0 rejected), tables=['iterations', 'requests'])" in text
+    noted = repr(npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml", mode="analytic",
+                                 overrides=["workload.trace.limit=300"]))
+    assert "notes=1 (metrics['notes']), tables=" in noted and "notes" not in text
     gemm = repr(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
     assert "requests=" not in gemm and "tables=" not in gemm and ", ops=" in gemm
 
