@@ -46,6 +46,7 @@ def settings_notes(config, trace, replicas) -> list[str]:
                      "max_length reserves each request's whole KV at admission (preemption "
                      "happens under kv_reservation: incremental, or with "
                      "scheduler.preempt_lower_priority)")
+    notes.extend(_pipeline_notes(config, replicas))
     longest = max((r.prompt_tokens + r.output_tokens for r in trace), default=0)
     block = config.kv_block_tokens
     if longest and block > longest:
@@ -54,6 +55,32 @@ def settings_notes(config, trace, replicas) -> list[str]:
                      f"({longest:,} tokens): every request holds a block that is mostly "
                      f"empty, so a replica holds at most {capacity // block:,} at once "
                      "(vLLM's block_size is 16; 1 is NpuSim's exact buffer)")
+    return notes
+
+
+#: Scheduler options that only act on a pipeline of several stages: (field, value that
+#: acts, the roles whose replicas it acts on, what it does).
+_PIPELINE_OPTIONS = (
+    ("fill_pipeline", True, ("fused", "decode"), "splits decodes over the stages"),
+    ("decode_lanes", "sticky", ("fused", "decode"), "keeps a decode lane per stage"),
+    ("pipeline_chunks", True, ("fused", "prefill"), "lets a prompt's chunks follow each "
+                                                    "other through the stages"),
+)
+
+
+def _pipeline_notes(config, replicas) -> list[str]:
+    """Pipeline options set where every replica they act on has one stage."""
+    notes = []
+    for field, value, roles, effect in _PIPELINE_OPTIONS:
+        acting = [r for r in replicas if r.role in roles
+                  and getattr(config.scheduler_for(r.role), field, None) == value]
+        if acting and all(len(r.groups) == 1 for r in acting):
+            owner = ("workload.pd.decode_scheduler"
+                     if field in (config.pd.decode_scheduler or {}) else "workload.scheduler")
+            notes.append(f"{owner}.{field}: {str(value).lower()} {effect}, and "
+                         f"{'the replica has' if len(acting) == 1 else 'each replica has'} "
+                         "one pipeline stage: no effect (a pool of C cores makes "
+                         "C / (tp x dp) stages)")
     return notes
 
 

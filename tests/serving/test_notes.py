@@ -62,6 +62,25 @@ def test_settings_that_act_are_not_noted(tmp_path):
                      "fared); order: priority serves lower values first"]
 
 
+def test_pipeline_options_on_one_stage_replicas_are_noted():
+    # 16 cores per replica at TP 16: one stage each
+    found = notes(FUSION, "workload.pd.tp=16", "workload.pd.dp=4",
+                  "workload.scheduler.fill_pipeline=true", "workload.scheduler.pipeline_chunks=true",
+                  "workload.scheduler.decode_lanes=sticky")
+    assert [note.split(":")[0] for note in found] == [
+        "workload.scheduler.fill_pipeline", "workload.scheduler.decode_lanes",
+        "workload.scheduler.pipeline_chunks"]
+    assert all("each replica has one pipeline stage: no effect" in note for note in found)
+    # the same options on the shipped 4-stage pipeline act
+    assert notes(FUSION, "workload.scheduler.fill_pipeline=true",
+                 "workload.scheduler.pipeline_chunks=true") == []
+    # a one-stage decode pool with its own option names where it was set
+    found = notes(DISAGG, "workload.pd.decode_cores=7",
+                  "workload.pd.decode_scheduler={fill_pipeline: true}")
+    assert found[0].startswith("workload.pd.decode_scheduler.fill_pipeline: true splits "
+                               "decodes over the stages, and the replica has one")
+
+
 def test_disaggregation_names_its_own_router_field():
     assert "(pd.prefill_dp = 1)" in notes(DISAGG, "workload.router=least_outstanding")[0]
 
