@@ -225,3 +225,8 @@ def format_si(value: int | float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:g} {unit}"
+
+
+def format_count(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun`` in agreement, for messages (``1 tensor``, ``3 tensors``)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

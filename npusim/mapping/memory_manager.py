@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Sequence
 
 from npusim.core.errors import MappingError
+from npusim.core.units import format_count
 from npusim.mapping.core_kv_cache import CoreKvCache, KvPlacement
 from npusim.mapping.kv_blocks import (HbmRingBuffer, KvAccess, OutOfMemoryError,
                                       SramBlockAllocator, UnknownRequestError, split_kv_access)
@@ -277,11 +278,12 @@ def plan_core_memory(*, sram_capacity_bytes: int, hbm_capacity_bytes: int, buffe
                         f"{format_size(hbm_reserved_bytes)} for {reserved_for})")
         raise MappingError(
             f"{where}: its weights take {format_size(sum(size for _, size in weights))} "
-            f"({len(weights)} tensors); after buffers and KV "
+            f"({format_count(len(weights), 'tensor')}); after buffers and KV "
             f"{format_size(left + plan.sram_weight_bytes)} of SRAM is left, holding "
             f"{format_size(plan.sram_weight_bytes)} of them (whole tensors), so "
-            f"{format_size(plan.hbm_weight_bytes)} ({len(hbm_weights)} tensors) must stream "
-            f"from HBM, but the core has {hbm}: short by "
+            f"{format_size(plan.hbm_weight_bytes)} "
+            f"({format_count(len(hbm_weights), 'tensor')}) must stream from HBM, but the core "
+            f"has {hbm}: short by "
             f"{format_size(plan.hbm_weight_bytes - hbm_capacity_bytes)}; add HBM (hw.hbm) or "
             "spread the weights over more cores")
     kv_tokens = plan.kv_sram_tokens + (plan.hbm_kv_capacity_bytes // kv_bytes_per_token

@@ -166,3 +166,19 @@ def test_the_cli_reports_the_shortfall_and_exits_2(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "short by" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_without_hbm_an_untied_embedding_table_takes_the_first_stages_sram():
+    # The table was reserved in HBM only, so with hw.hbm unset it was not placed at all
+    # and a model whose layers alone just fitted the SRAM ran.  Qwen3-8B's input
+    # embedding (untied) is 1.16 GiB; on 16 cores it adds ~74 MiB to each first-stage core.
+    chip = ["run.mode=analytic", "workload.model=qwen3_8b", "workload.prompt_len=128",
+            "workload.output_len=2", "run.trace=false", "hw.hbm=null", "hw.noc.width=4",
+            "hw.noc.height=4"]
+    with pytest.raises(MappingError) as caught:
+        simulate(SCENARIO, overrides=[*chip, "hw.core.sram.capacity_bytes=1200MiB"])
+    message = str(caught.value)
+    assert "qwen3_4b_npu64.yaml: core 0: " in message and "the core has no HBM" in message
+    assert "(1 tensor) must stream" in message
+    metrics = simulate(SCENARIO, overrides=[*chip, "hw.core.sram.capacity_bytes=1220MiB"]).metrics
+    assert metrics["output_tokens"] == 2

@@ -161,7 +161,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                      sram_bytes * used_cores, hbm_bytes * used_cores,
                      model_name=model.name, kv_tokens=config.total_len,
                      kv_requests=config.batch, reserved_sram_bytes=buffers * used_cores,
-                     holder=f"the {used_cores} cores it runs on have")
+                     holder=(f"the {used_cores} cores it runs on have" if used_cores != 1 else
+                             "the one core it runs on has"))
     plans = []
     for index, layers in enumerate(layer_ranges):
         weights = [(f"{layer}.{name}", size) for layer in layers
@@ -171,9 +172,13 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
         # of a decode step's experts), so a resident dense byte saves more HBM traffic.
         weights.sort(key=lambda item: ".expert_" in item[0])
         # The first stage keeps the embedding table in HBM (rows are gathered by token,
-        # never streamed whole), so it never competes for SRAM.
+        # never streamed whole), so it never competes for SRAM.  Without HBM it has to
+        # sit in the stage's SRAM (a tied table is the LM head's shards, counted below).
         embedding = (-(-model.params_embedding * config.dtype_bytes // tp)
-                     if index == 0 and hbm_bytes else 0)
+                     if index == 0 else 0)
+        if embedding and not hbm_bytes:
+            weights.insert(0, ("embedding", embedding))
+            embedding = 0
         weights.append(("lm_head", lm_head_share))
         kv_per_token = kv_bytes_on_core(kv_per_token_layer * len(layers), kv_heads,
                                         model.num_key_value_heads)
