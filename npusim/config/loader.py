@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from npusim.config.overrides import (OVERRIDE_MARK, apply_override, describe_input,
                                      format_path, join_path, override_list, parse_override,
                                      with_override_notes)
-from npusim.config.presets import load_preset, locate, read_yaml
+from npusim.config.presets import is_preset_file, load_preset, locate, read_yaml
 from npusim.core.errors import ConfigError
 
 _MAX_PRESET_DEPTH = 16
@@ -64,6 +64,8 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> A
             raise ConfigError(source, [
                 (join_path(path, "preset"), f"in {exc.source}{', ' + where if where else ''}: {msg}"
                  if inside else msg) for where, msg in exc.problems]) from None
+        if is_preset_file(name):  # its own relative presets and files are next to it
+            anchor_files(base, locate(name).resolve().parent)
         base = resolve_presets(base, f"preset {name}", path, depth + 1)
         data = deep_merge(base, data)
     return {key: resolve_presets(value, source, join_path(path, key), depth) for key, value in data.items()}
@@ -263,13 +265,14 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         raise ConfigError(source, [("", "this looks like a sweep spec (it has axes:), not a "
                                         "scenario; run it with `npusim sweep`, or run its "
                                         "base: scenario with `npusim run`")])
-    _anchor_files(data, Path(path).resolve().parent)
+    anchor_files(data, Path(path).resolve().parent)
     if hw_file is not None:
         hw = read_yaml(locate(hw_file))
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
                                                   f"or preset: NAME), got {describe_input(hw)}")])
         _check_device_kind(hw, str(hw_file))
+        anchor_files(hw, locate(hw_file).resolve().parent)
         data["hw"] = hw
     return _resolve_with_overrides(data, overrides, source)
 
@@ -291,23 +294,26 @@ def _check_device_kind(hw: dict, source: str) -> None:
                                         "'preset: npu/NAME'")])
 
 
-def _anchor_files(data: Any, base_dir: Path) -> None:
-    """Make every relative ``file:`` that exists next to the scenario file absolute.
+def anchor_files(data: Any, base_dir: Path) -> None:
+    """Make every relative ``file:`` and ``preset: FILE.yaml`` that exists next to the
+    scenario file absolute.
 
-    A scenario's data files (traces, routing traces) are found relative to the scenario
-    first, as documented; the readers then try the working directory and the checkout,
-    which is all they can do once the scenario's location is gone.
+    A scenario's data files (traces, routing traces) and hardware files are found
+    relative to the scenario first, as documented; the readers then try the working
+    directory and the checkout, which is all they can do once the scenario's location
+    is gone.
     """
     if isinstance(data, list):
         for item in data:
-            _anchor_files(item, base_dir)
+            anchor_files(item, base_dir)
     elif isinstance(data, dict):
         for key, value in data.items():
-            if key == "file" and isinstance(value, str) and value and not Path(value).is_absolute() \
-                    and (base_dir / value).is_file():
+            relative = (isinstance(value, str) and value and not Path(value).is_absolute()
+                        and (key == "file" or key == "preset" and is_preset_file(value)))
+            if relative and (base_dir / value).is_file():
                 data[key] = str(base_dir / value)
             else:
-                _anchor_files(value, base_dir)
+                anchor_files(value, base_dir)
 
 
 def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -> dict:

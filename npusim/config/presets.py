@@ -226,11 +226,35 @@ def list_presets(root: Path | None = None) -> list[str]:
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
+def is_preset_file(name: str) -> bool:
+    """A preset value ending in ``.yaml``/``.yml`` names a file of the user's, not a
+    shipped preset (``preset: chips/my_npu.yaml``)."""
+    return name.lower().endswith((".yaml", ".yml"))
+
+
+def _load_preset_file(name: str) -> dict[str, Any]:
+    path = locate(name)
+    if not path.is_file():
+        raise ConfigError(name, [("preset", f"no file {name!r}; a preset ending in .yaml is a "
+                                            "file, found next to the file that names it, then "
+                                            "in the working directory; expected an existing "
+                                            "YAML file or a shipped preset name (npusim "
+                                            "list shows them)")])
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), [("", f"expected a mapping, got {type(data).__name__}")])
+    return data
+
+
 def load_preset(name: str, root: Path | None = None) -> dict[str, Any]:
-    """The mapping stored in preset ``name`` (e.g. ``memory/hbm2``).
+    """The mapping stored in preset ``name`` (e.g. ``memory/hbm2``), or in the YAML file
+    ``name`` when it ends in ``.yaml`` (relative paths: the working directory, then the
+    checkout; a scenario's own relative paths are made absolute by the loader first).
 
     Raises :class:`ConfigError` naming the preset and the closest known names.
     """
+    if is_preset_file(name):
+        return _load_preset_file(name)
     root = root or hwconfig_root()
     path = root / f"{name}.yaml"
     if not path.is_file():

@@ -355,10 +355,13 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
 
 
 def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
+    from npusim.config.loader import anchor_files
     from npusim.config.presets import read_yaml, workloads_root
 
-    if isinstance(value, Mapping):
-        return dict(value), f"{source} (base)"
+    if isinstance(value, Mapping):  # its relative files are next to the spec
+        base = copy.deepcopy(dict(value))
+        anchor_files(base, root.resolve())
+        return base, f"{source} (base)"
     if not isinstance(value, str) or not value:
         raise ConfigError(source, [("base", f"expected a scenario path or mapping, got {value!r}")])
     candidates = [root / value, Path.cwd() / value, workloads_root() / value,
@@ -372,7 +375,9 @@ def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
                 raise ConfigError(source, [("base", f"got {value!r}: {candidate} is a sweep "
                                             "spec (it has axes:); expected a scenario (hw:, "
                                             "workload:), such as that spec's own base")])
-            return dict(data), str(candidate)
+            data = dict(data)
+            anchor_files(data, candidate.resolve().parent)  # as `npusim run` would
+            return data, str(candidate)
     folders = [c for c in candidates if c.is_dir()]
     if folders:
         raise ConfigError(source, [("base", f"got {value!r}: {folders[0]} is a directory; "

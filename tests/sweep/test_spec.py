@@ -193,6 +193,26 @@ def test_missing_base_file():
         spec_from_dict({"base": "no/such/scenario.yaml"}, source="s.yaml")
 
 
+def test_a_base_scenarios_relative_files_are_found_next_to_it(tmp_path, monkeypatch):
+    # as `npusim run` finds them; the sweep read the base without its location, so a
+    # trace or hardware file next to it was looked for in the working directory only
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "chip.yaml").write_text("preset: npu/large_core_64\nname: mine\n")
+    (study / "t.csv").write_text("arrival_ps,prompt_tokens,output_tokens\n0,4,4\n")
+    (study / "s.yaml").write_text("name: s\nhw: {preset: chip.yaml}\n"
+                                  "workload: {kind: serving, model: qwen3_1_7b, "
+                                  "trace: {file: t.csv}}\n")
+    monkeypatch.chdir(tmp_path)
+    base = spec_from_dict({"base": "study/s.yaml", "axes": {"run.seed": [1]}},
+                          source="sweep.yaml", root=tmp_path).base
+    assert base["hw"]["preset"] == str(study / "chip.yaml")
+    assert base["workload"]["trace"]["file"] == str(study / "t.csv")
+    inline = spec_from_dict({"base": {**base, "hw": {"preset": "study/chip.yaml"}},
+                             "axes": {"run.seed": [1]}}, source="sweep.yaml", root=tmp_path)
+    assert inline.base["hw"]["preset"] == str(study / "chip.yaml")
+
+
 @pytest.mark.parametrize("value", [64, 1.0e-05, "32MiB", "64", True, None, [0, 1, 9, 8], "a: b"])
 def test_override_round_trips(value):
     from npusim.config.loader import parse_override

@@ -204,6 +204,30 @@ def test_a_relative_file_next_to_the_scenario_is_found_there(tmp_path):
     assert data["workload"]["routing"]["file"] == "absent.npz"  # left to the readers' search
 
 
+def test_a_preset_may_be_a_yaml_file_next_to_the_file_that_names_it(tmp_path, monkeypatch):
+    # The guide offered "preset: ... or a file"; a path was looked up as a shipped preset
+    # name ("no preset named 'chips/my.yaml'").
+    chips = tmp_path / "chips"
+    chips.mkdir()
+    (chips / "base.yaml").write_text("kind: hw\ncores: [{sram: {capacity_bytes: 1MiB}}]\n")
+    (chips / "mine.yaml").write_text("preset: base.yaml\ncores: [{sram: {capacity_bytes: 2MiB}}]\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nhw: {preset: chips/mine.yaml}\n")
+    monkeypatch.chdir(REPO_ROOT)  # not the scenario's directory: found next to the scenario
+    hw = loader.load_raw(scenario)["hw"]
+    assert hw == {"kind": "hw", "cores": [{"sram": {"capacity_bytes": "2MiB"}}]}
+    # a --set override's file is found from the working directory
+    monkeypatch.chdir(tmp_path)
+    data = loader.load_raw(REPO_ROOT / "workloads/scenarios/quickstart.yaml",
+                           overrides=["hw.preset=chips/base.yaml"])
+    assert data["hw"]["cores"] == [{"sram": {"capacity_bytes": "1MiB"}}]
+    scenario.write_text("name: s\nhw: {preset: chips/absent.yaml}\n")
+    with pytest.raises(ConfigError) as info:
+        loader.load_raw(scenario)
+    assert info.value.problems[0][0] == "hw.preset"
+    assert "no file 'chips/absent.yaml'" in info.value.problems[0][1]
+
+
 def test_errors_in_a_hw_file_name_that_file_and_its_own_field_paths(tmp_path):
     hw = tmp_path / "hw.yaml"
     hw.write_text("preset: npu/large_core_64\ncore: 5\n")
