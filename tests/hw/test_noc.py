@@ -69,6 +69,15 @@ def test_registered_and_config_validation():
     with pytest.raises(pydantic.ValidationError, match=r"is 13.33 bytes per cycle.*"
                                                        r"link_bandwidth_bps: null"):
         NocConfig(link_bandwidth_bps="16GB/s", freq_hz="1.2GHz")
+    # The derived one is written as null: the written config re-derives it, so a re-run
+    # of config.resolved.yaml with another clock is consistent instead of a mismatch.
+    written = cfg.model_dump(mode="json")
+    assert written["flit_bytes"] is None and written["link_bandwidth_bps"] == 480 * 10**9
+    faster = NocConfig(**{**written, "freq_hz": "1GHz"})
+    assert faster.flit_bytes == 480 and faster.model_dump()["flit_bytes"] is None
+    assert NocConfig(flit_bytes=64).model_dump()["link_bandwidth_bps"] is None
+    assert NocConfig().model_dump()["flit_bytes"] is None  # both derived: 32 B
+    assert NocConfig().model_dump()["link_bandwidth_bps"] is None
     with pytest.raises(pydantic.ValidationError, match="ring needs at least 3 nodes"):
         NocConfig(topology="ring", width=2, height=1)
     with pytest.raises(pydantic.ValidationError):

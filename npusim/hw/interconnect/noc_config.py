@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_serializer, model_validator
 
 from npusim.core.registry import PartConfig
 from npusim.core.units import BandwidthBps, Bytes, FreqHz
@@ -42,13 +42,15 @@ class NocConfig(PartConfig):
                                                      "Table 3 core frequency).")
     flit_bytes: Bytes | None = Field(
         None, gt=0, description="Bytes per flit; a link moves one flit per cycle. Derived "
-                                "from link_bandwidth_bps / freq_hz when omitted; 32 B if "
-                                "both are omitted.")
+                                "from link_bandwidth_bps / freq_hz when omitted (and then "
+                                "written as null in config.resolved.yaml); 32 B if both are "
+                                "omitted.")
     link_bandwidth_bps: BandwidthBps | None = Field(
         None, gt=0, description="Bandwidth of one link in one direction, e.g. '16GB/s' "
                                 "(NpuSim Table 3 'x4' = one such link per mesh direction). "
-                                "Derived as flit_bytes * freq_hz when omitted; must agree "
-                                "with it within 1% when both are given.")
+                                "Derived as flit_bytes * freq_hz when omitted (and then "
+                                "written as null in config.resolved.yaml); must agree with "
+                                "it within 1% when both are given.")
     router_latency_cycles: int = Field(
         3, ge=0, description="Router pipeline cycles a packet head spends in each router it "
                              "passes (route, allocation, switch traversal), source and "
@@ -78,6 +80,18 @@ class NocConfig(PartConfig):
         0, ge=0, description="Extra flits per packet carrying no payload (0: the head flit "
                              "carries data, as in BookSim).")
 
+    # Which of flit_bytes / link_bandwidth_bps this config derived rather than was given:
+    # they are written as null (config.resolved.yaml, a sweep's configs), so the written
+    # config re-derives them and an override of the other or of freq_hz stays consistent.
+    _derived_fields: tuple[str, ...] = PrivateAttr(())
+
+    @model_serializer(mode="wrap")
+    def _dump_given_link_fields(self, handler):
+        data = handler(self)
+        for name in self._derived_fields:
+            data[name] = None
+        return data
+
     @model_validator(mode="after")
     def _derive_link(self) -> "NocConfig":
         flit, bandwidth = self.flit_bytes, self.link_bandwidth_bps
@@ -106,12 +120,13 @@ class NocConfig(PartConfig):
             raise ValueError(
                 f"link_bandwidth_bps ({bandwidth} B/s) does not match flit_bytes x freq_hz "
                 f"({flit} B x {self.freq_hz} Hz = {implied} B/s); a link moves one flit per "
-                "cycle, so give only one of them (null the other: config.resolved.yaml "
-                "lists both, the one not given derived) or make them agree")
+                "cycle, so give only one of them (null the other) or make them agree")
         if self.topology == "ring" and self.width * self.height < 3:
             raise ValueError(f"a ring needs at least 3 nodes, got width x height = "
                              f"{self.width * self.height}")
-        # Frozen model: fill the derived fields in place so the resolved config shows them.
+        # Frozen model: fill the derived fields in place, for the parts that read them.
+        self._derived_fields = tuple(name for name in ("flit_bytes", "link_bandwidth_bps")
+                                     if getattr(self, name) is None)
         object.__setattr__(self, "flit_bytes", flit)
         object.__setattr__(self, "link_bandwidth_bps", bandwidth)
         return self
