@@ -285,7 +285,9 @@ class Device:
     # -- transfer timing -----------------------------------------------------------
     def transfer_time_ps(self, task: TransferTask, seed: int = 0,
                          plan: TransferPlan | None = None) -> int:
-        """Closed-form, uncontended time of ``task`` (bottleneck stage + fill/drain)."""
+        """Closed-form, uncontended time of ``task``: the bottleneck stage + fill/drain,
+        or, when the DMA keeps fewer chunks in flight than the transfer has stages, the
+        rounds of ``max_outstanding`` chunks each passing every stage in turn."""
         if task.size_bytes <= 0:
             return 0
         plan = plan or self.plan_transfer(task, seed)
@@ -294,7 +296,29 @@ class Device:
         bottleneck = max(range(len(totals)), key=totals.__getitem__)
         fill = sum(self.stage_time_ps(stage, chunk, plan.pattern)
                    for i, stage in enumerate(plan.stages) if i != bottleneck)
-        return totals[bottleneck] + fill
+        pipelined = totals[bottleneck] + fill
+        if plan.max_outstanding >= len(plan.stages):
+            # W chunks in flight, each taking the stages in turn, finish W chunks per
+            # sum-of-stages time, never fewer than one per bottleneck-stage time when
+            # W >= the number of stages: the bottleneck alone bounds the transfer.
+            return pipelined
+        return max(pipelined, self._window_bound_ps(task.size_bytes, plan))
+
+    def _window_bound_ps(self, size_bytes: int, plan: TransferPlan) -> int:
+        """Time of ``size_bytes`` when at most ``max_outstanding`` chunks are in flight
+        and each passes every stage before its worker takes the next: rounds of that many
+        chunks, each round as long as one chunk's trip (the last round holds the
+        transfer's partial chunk alone when the chunks leave one over)."""
+        chunk = max(1, plan.chunk_bytes)
+        chunks, remainder = -(-size_bytes // chunk), size_bytes % chunk
+
+        def trip(size: int) -> int:
+            return sum(self.stage_time_ps(stage, size, plan.pattern) for stage in plan.stages)
+
+        rounds = -(-chunks // plan.max_outstanding)
+        last_alone = (chunks - 1) % plan.max_outstanding == 0
+        last = trip(remainder) if remainder and last_alone else trip(min(chunk, size_bytes))
+        return (rounds - 1) * trip(min(chunk, size_bytes)) + last
 
     def transfer_process(self, env: Any, task: TransferTask, seed: int = 0,
                          on_chunk: Callable[[int], None] | None = None) -> Generator:

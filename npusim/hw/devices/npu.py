@@ -44,7 +44,9 @@ class DmaConfig(NumbersNotBooleans):
                                  "Assumption: 16 KiB, a typical DMA descriptor size; larger "
                                  "groups mean fewer simulated events.")
     max_outstanding: int = Field(
-        8, ge=1, description="Burst groups the DMA keeps in flight at once (assumption: 8).")
+        8, ge=1, description="Burst groups the DMA keeps in flight at once (assumption: 8). "
+                             "Below a transfer's stage count (read, NoC, write) it bounds "
+                             "the transfer: each group passes the stages in turn.")
 
 
 class NpuCoreConfig(NumbersNotBooleans):
