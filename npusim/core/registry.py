@@ -38,7 +38,8 @@ IntNotBool = Annotated[int, BeforeValidator(_not_a_boolean)]
 
 
 class NumbersNotBooleans(BaseModel):
-    """Mixin for configuration models: a boolean given for a number field is an error.
+    """Mixin for configuration models: a boolean given for a number field is an error,
+    and so is anything but ``true``/``false`` for a boolean field.
 
     pydantic reads ``true`` as 1 for a number field, so ``tp: true`` (a typo) would run as
     tp = 1.  The check is model-level: a field-level one would break the ``kind``
@@ -52,10 +53,16 @@ class NumbersNotBooleans(BaseModel):
         if isinstance(data, dict):
             for name, value in data.items():
                 field = cls.model_fields.get(name)
-                if isinstance(value, bool) and field is not None:
-                    allowed = {field.annotation, *get_args(field.annotation)}
+                if field is None:
+                    continue
+                allowed = {field.annotation, *get_args(field.annotation)}
+                if isinstance(value, bool):
                     if bool not in allowed and allowed & {int, float}:
                         raise ValueError(f"{name}: expected a number, got the boolean {value}")
+                elif value is not None and allowed - {type(None)} == {bool}:
+                    # pydantic would read "yes", "on", "y", 1 as true; the docs promise
+                    # that only true/false are booleans (YAML 1.2)
+                    raise ValueError(f"{name}: expected true or false, got {value!r}")
         return data
 
 

@@ -70,3 +70,24 @@ def test_every_npusim_config_model_uses_the_mixin():
                if m.__module__.startswith("npusim.") and _number_fields(m)
                and not issubclass(m, NumbersNotBooleans)]
     assert missing == []
+
+
+def _bool_fields(model: type[BaseModel]) -> list[str]:
+    from typing import get_args
+
+    return [name for name, field in model.model_fields.items()
+            if {field.annotation, *get_args(field.annotation)} - {type(None)} == {bool}]
+
+
+def test_only_true_and_false_are_booleans():
+    # pydantic's lax mode reads "yes", "on", "y" and 1 as true; the docs promise YAML 1.2,
+    # where they are text and a number.
+    _models()
+    models = [m for m in _subclasses(NumbersNotBooleans) if _bool_fields(m)]
+    assert {"RunConfig", "ChunkedPrefillConfig"} <= {m.__name__ for m in models}
+    for model in models:
+        for name in _bool_fields(model):
+            for value in ("yes", "on", 1):
+                with pytest.raises(ValidationError, match=f"{name}: expected true or false, "
+                                                          f"got {value!r}"):
+                    model.model_validate({name: value})
