@@ -54,6 +54,9 @@ class ModelDoc:
     help: str = ""                   #: registry help line or class docstring
     path: str = ""                   #: YAML path prefix of nested blocks ('npu.core')
     discriminators: set[str] = field(default_factory=set)  #: fields that select the class
+    #: some field reaches the class through a union that its discriminator selects from
+    #: (then the discriminator must be written; elsewhere its one value is the default)
+    selected_from_union: bool = True
 
 
 def _anchor(*parts: str) -> str:
@@ -107,6 +110,7 @@ def collect() -> list[ModelDoc]:
     by_model: dict[type[BaseModel], ModelDoc] = {}
     anchors: set[str] = set()
     registered: dict[type[BaseModel], tuple[str, str]] = {}
+    from_union: set[type[BaseModel]] = set()
     for category in registry.categories():
         for kind, entry in registry.entries(category).items():
             registered[entry.config] = (category, kind)
@@ -121,6 +125,8 @@ def collect() -> list[ModelDoc]:
             models = _submodels(info.annotation)
             for model, disc in models:
                 disc = disc or _field_discriminator(info)
+                if disc:
+                    from_union.add(model)
                 if model in by_model:
                     if disc:
                         by_model[model].discriminators.add(disc)
@@ -148,6 +154,10 @@ def collect() -> list[ModelDoc]:
             add(ModelDoc(entry.config, f"{category}: {kind}", _anchor(category, kind),
                          category, kind, _first_line(entry.config.__doc__) or entry.help,
                          path=kind, discriminators={"kind"}))
+    for doc in docs:
+        # a part only ever used as a plain field type (the NPU's noc) has its kind as a
+        # default; one chosen from several (a workload) must name it
+        doc.selected_from_union = doc.model in from_union
     return docs
 
 
@@ -266,11 +276,16 @@ def render_model(doc: ModelDoc, links: dict[type[BaseModel], ModelDoc], level: i
     for name, info in model.model_fields.items():
         if _is_discriminator(doc, name, info):
             value = get_args(info.annotation)[0]
-            description = (f"Selects this class: always `{value}` (`{name}: {value}`).")
             type_text = f"`{json.dumps(value)}`"
-            # The union reads this key to pick the class, so it must be written (a
-            # preset supplies it for its own block); the model's default never applies.
-            default = "**required**"
+            if doc.selected_from_union:
+                # The union reads this key to pick the class, so it must be written (a
+                # preset supplies it for its own block); the model's default never applies.
+                description = f"Selects this class: always `{value}` (`{name}: {value}`)."
+                default = "**required**"
+            else:
+                description = (f"Always `{value}`; may be omitted (nothing else can stand "
+                               "here).")
+                default = f"`{json.dumps(value)}`"
         else:
             description = info.description or ""
             type_text = format_type(info.annotation, info.metadata, links)

@@ -43,6 +43,23 @@ def test_discriminators_are_documented_as_required():
     assert "| `kind` | `\"taskgraph\"` | **required** | Selects this class" in text
 
 
+def test_a_kind_nothing_else_could_stand_for_is_documented_as_optional():
+    # The NPU's noc and sram are plain field types, so their kind has a default (a --hw
+    # file without kind: lines loads); the reference called it required.
+    from npusim.config.loader import scenario_from_dict
+
+    text = reference.render()
+    assert "| `kind` | `\"noc\"` | `\"noc\"` | Always `noc`; may be omitted" in text
+    assert "| `kind` | `\"sram\"` | `\"sram\"` | Always `sram`; may be omitted" in text
+    hw = scenario_from_dict({"name": "t", "hw": {"preset": "npu/large_core_64"},
+                             "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}}
+                            ).model_dump(mode="json")["hw"]
+    hw.pop("kind"), hw["noc"].pop("kind"), hw["core"]["sram"].pop("kind")
+    loaded = scenario_from_dict({"name": "t", "hw": hw,
+                                 "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
+    assert (loaded.hw.kind, loaded.hw.noc.kind, loaded.hw.core.sram.kind) == ("npu", "noc", "sram")
+
+
 def test_every_registered_part_is_documented():
     documented = {(d.category, d.kind) for d in DOCS if d.category}
     expected = {(category, kind) for category in registry.categories()
