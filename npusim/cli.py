@@ -14,7 +14,8 @@ from typing import List, Optional
 import typer
 
 from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
-                               mode_option, set_option, trace_option, trace_override, whole_number)
+                               mode_option, name_option_origins, option_origins, set_option,
+                               trace_option, trace_override, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.console import console
 from npusim.core.json_keys import natural_key
@@ -259,7 +260,10 @@ def run(
         try:
             result = _simulate_with_progress(simulate, config, quiet)
         except (MappingError, TraceError) as exc:  # valid config that cannot run: say which
-            raise with_source(exc, str(scenario)) from None
+            origins = option_origins(set_, {
+                "run.mode": ("--mode", mode), "workload.trace.file": ("--trace", trace),
+                **{f"workload.{field}": option for field, option in shorthands.items()}})
+            raise name_option_origins(with_source(exc, str(scenario)), origins, hw) from None
         except ConfigError as exc:  # a field checked against the built device
             raise (with_source(exc, str(scenario)) if exc.source == SCENARIO_SOURCE
                    else exc) from None

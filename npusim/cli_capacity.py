@@ -11,8 +11,8 @@ from typing import List, Optional
 import typer
 
 from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
-                               mode_option, set_option, trace_option, trace_override,
-                               real_number, whole_number)
+                               mode_option, name_option_origins, option_origins, set_option,
+                               trace_option, trace_override, real_number, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.sweep.capacity import DEFAULTS
 
@@ -87,7 +87,9 @@ def capacity(
             _write_partial(done, out_dir)
             raise
         except NpusimError as exc:  # a valid scenario that cannot run: name the file
-            raise with_source(exc, str(scenario)) from None
+            origins = option_origins(set_, {"run.mode": ("--mode", mode),
+                                            "workload.trace.file": ("--trace", trace)})
+            raise name_option_origins(with_source(exc, str(scenario)), origins, hw) from None
         found.write(out_dir)
         best = found.best
         if found.status == "found":

@@ -11,7 +11,8 @@ from typer.core import TyperCommand
 from npusim.core.errors import NpusimError
 
 __all__ = ["guard", "OnceOptionsCommand", "hw_option", "set_option", "mode_option",
-           "trace_option", "trace_override", "whole_number", "real_number"]
+           "trace_option", "trace_override", "whole_number", "real_number",
+           "option_origins", "name_option_origins"]
 
 
 def whole_number(text: Any) -> int:
@@ -164,3 +165,44 @@ class OnceOptionsCommand(TyperCommand):
                 raise typer.BadParameter(f"given {len(names)} times; give it once (only one "
                                          "value would be used)", ctx=ctx, param=param)
         return super().parse_args(ctx, args)
+
+
+def option_origins(set_: list[str], options: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
+    """``(field path, how it was given)`` for each ``--set PATH=VALUE`` and each option
+    in ``options`` (``{path: (option, value)}``, ``None`` values skipped), in that order,
+    for :func:`name_option_origins`."""
+    from npusim.config.overrides import format_path, parse_override
+
+    origins = []
+    for text in set_:
+        try:
+            origins.append((format_path(parse_override(text)[0]), f"--set {text}"))
+        except NpusimError:  # pragma: no cover - the scenario loaded, so it parsed
+            continue
+    origins += [(path, f"{option} {value}") for path, (option, value) in options.items()
+                if value is not None]
+    return origins
+
+
+def name_option_origins(exc: NpusimError, origins: list[tuple[str, str]],
+                        hw_file: Any = None) -> NpusimError:
+    """``exc`` (a mapping or trace error raised once the scenario loaded, so not a
+    :class:`ConfigError` with field paths) with the options behind the fields its message
+    names: ``(set by --set workload.tp=3)``, ``(hardware from --hw chip.yaml)``.  The file
+    in front of the message is the scenario; the value may not be in it."""
+    import re
+
+    message = str(exc)
+
+    def named(path: str) -> bool:
+        return re.search(rf"(?<![\w.]){re.escape(path)}(?![\w])", message) is not None
+
+    notes = [label for path, label in origins if named(path)]
+    if hw_file is not None and re.search(r"(?<![\w.])hw\.", message) \
+            and not any(path.startswith("hw.") and named(path) for path, _ in origins):
+        notes.append(f"hardware from --hw {hw_file}")
+    if notes:
+        labels = list(dict.fromkeys(notes))
+        first = "set by " if not labels[0].startswith("hardware") else ""
+        exc.args = (f"{message} ({first}{'; '.join(labels)})", *exc.args[1:])
+    return exc

@@ -91,6 +91,21 @@ def test_bad_input_gives_one_clear_message_and_nonzero_exit(override, expected, 
     assert err.startswith("error: ")
 
 
+def test_a_mapping_error_names_the_option_that_set_the_field(tmp_path, capsys):
+    # The message named the scenario file, which holds tp: 4, not the --set that made it 3.
+    scenario = str(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64.yaml")
+    code, _, err = run_cli(["run", scenario, "--mode", "analytic", "--set", "workload.tp=3",
+                            "--out", str(tmp_path)], capsys)
+    assert code == 2 and "cannot tile the 8x8 mesh" in err
+    assert err.rstrip().endswith("(set by --set workload.tp=3)")
+    hw = tmp_path / "chip.yaml"
+    hw.write_text("preset: npu/large_core_64\nhbm: null\n")
+    code, _, err = run_cli(["run", scenario, "--mode", "analytic", "--model", "qwen3_32b",
+                            "--hw", str(hw), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "short by" in err
+    assert err.rstrip().endswith(f"(hardware from --hw {hw})")
+
+
 def test_missing_scenario_file(tmp_path, capsys):
     code, _, err = run_cli(["run", str(tmp_path / "nope.yaml")], capsys)
     assert code != 0 and "file not found" in err and "nope.yaml" in err
