@@ -271,15 +271,28 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
                                                   f"or preset: NAME), got {describe_input(hw)}")])
+        if "hw" in hw and {"workload", "run"} & set(hw):  # a whole scenario
+            raise ConfigError(str(hw_file), [("", "this is a scenario (it has hw:, workload:), "
+                                                  "not a hardware file; --hw expects what a "
+                                                  "scenario's hw: holds (kind: npu, ... or "
+                                                  "preset: npu/NAME)")])
         _check_device_kind(hw, str(hw_file))
         anchor_files(hw, locate(hw_file).resolve().parent)
         data["hw"] = hw
-    return _resolve_with_overrides(data, overrides, source)
+    given_hw = data.get("hw")
+    data = _resolve_with_overrides(data, overrides, source)  # (--set X.preset lands in data)
+    if isinstance(data.get("hw"), dict):  # e.g. hw: {preset: memory/hbm2}
+        preset = given_hw.get("preset") if isinstance(given_hw, dict) else None
+        _check_device_kind(data["hw"], source, "hw.preset" if preset else "hw.kind", "hw",
+                           f" (the kind of preset {preset})" if preset else "")
+    return data
 
 
-def _check_device_kind(hw: dict, source: str) -> None:
-    """A --hw file must describe a device: a part of another category (a DRAM, a NoC)
-    would otherwise be reported as a device missing all its fields."""
+def _check_device_kind(hw: dict, source: str, path: str = "kind", where: str = "--hw",
+                       origin: str = "") -> None:
+    """A --hw file (or a scenario's hw: once presets are resolved) must describe a device:
+    a part of another category (a DRAM, a NoC) would otherwise be reported as a device
+    missing all its fields and holding thirty unknown keys."""
     from npusim.core import registry
 
     kind = hw.get("kind")
@@ -288,10 +301,12 @@ def _check_device_kind(hw: dict, source: str) -> None:
         return
     others = [category for category in registry.categories()
               if category != "device" and kind in registry.entries(category)]
+    if not others and where != "--hw":
+        return  # an unknown kind: validation says so, with the known ones
     what = f"a {others[0]} part" if others else "not a registered kind"
-    raise ConfigError(source, [("kind", f"{kind!r} is {what}, not a device; --hw expects a "
-                                        f"device (kind: {', '.join(devices)}) or "
-                                        "'preset: npu/NAME'")])
+    raise ConfigError(source, [(path, f"{kind!r}{origin} is {what}, not a device; {where} "
+                                      f"expects a device (kind: {', '.join(devices)}) or "
+                                      "'preset: npu/NAME'")])
 
 
 def anchor_files(data: Any, base_dir: Path) -> None:

@@ -228,6 +228,23 @@ def test_a_preset_may_be_a_yaml_file_next_to_the_file_that_names_it(tmp_path, mo
     assert "no file 'chips/absent.yaml'" in info.value.problems[0][1]
 
 
+def test_a_preset_of_another_category_or_a_scenario_as_hw_is_one_problem(tmp_path):
+    # They were reported as a device missing every field and holding thirty unknown keys.
+    quickstart = REPO_ROOT / "workloads/scenarios/quickstart.yaml"
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(quickstart, ["hw.preset=memory/hbm2"])
+    assert len(info.value.problems) == 1
+    path, message = info.value.problems[0]
+    assert path == "hw.preset" and message.startswith(
+        "'dram' (the kind of preset memory/hbm2) is a memory part, not a device")
+    assert message.endswith("(from the override hw.preset=memory/hbm2)")
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(quickstart, hw_file=quickstart)
+    assert info.value.problems == [("", "this is a scenario (it has hw:, workload:), not a "
+                                        "hardware file; --hw expects what a scenario's hw: "
+                                        "holds (kind: npu, ... or preset: npu/NAME)")]
+
+
 def test_errors_in_a_hw_file_name_that_file_and_its_own_field_paths(tmp_path):
     hw = tmp_path / "hw.yaml"
     hw.write_text("preset: npu/large_core_64\ncore: 5\n")
