@@ -40,7 +40,11 @@ def _summary_table(result) -> None:
     from npusim.core.units import format_bytes, format_time_ps
 
     metrics = result.metrics
-    table = Table(title=f"{metrics['scenario']} ({metrics['mode']})", show_header=True)
+    # the chip by its own name: a --hw file (or --set hw.preset) replaces the one the
+    # scenario's name and description speak of
+    chip = (result.config.get("hw") or {}).get("name")
+    table = Table(title=f"{metrics['scenario']}{f' on {chip}' if chip else ''} "
+                        f"({metrics['mode']})", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     serving = "requests_total" in metrics

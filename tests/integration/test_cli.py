@@ -106,6 +106,15 @@ def test_a_mapping_error_names_the_option_that_set_the_field(tmp_path, capsys):
     assert err.rstrip().endswith(f"(hardware from --hw {hw})")
 
 
+def test_the_summary_names_the_chip_that_ran(tmp_path, capsys):
+    # the scenario's name speaks of its own chip; a --hw file replaces it
+    hw = tmp_path / "chip.yaml"
+    hw.write_text("preset: npu/large_core_64\nname: my_chip\n")
+    code, out, _ = run_cli(["run", str(QUICKSTART), "--mode", "analytic", "--hw", str(hw),
+                            "--out", str(tmp_path / "o")], capsys)
+    assert code == 0 and "quickstart on my_chip (analytic)" in out
+
+
 def test_missing_scenario_file(tmp_path, capsys):
     code, _, err = run_cli(["run", str(tmp_path / "nope.yaml")], capsys)
     assert code != 0 and "file not found" in err and "nope.yaml" in err
