@@ -56,6 +56,15 @@ RUN_METRICS_FILE = "metrics.json"
 LOCK_FILE = ".sweep.lock"
 
 
+#: Times a reader lists and reads the directory when a running sweep's compaction
+#: deletes a listed part under it.
+_READ_ATTEMPTS = 5
+
+
+class _Vanished(Exception):
+    """A listed part file was deleted before it was read (compacted by a running sweep)."""
+
+
 class StoreError(NpusimError):
     """A file in a sweep directory is damaged or is not one the store wrote; the message
     names the file and what to do.  The store never deletes such a file itself."""
@@ -364,17 +373,25 @@ class ResultStore:
         import pandas as pd
         import pyarrow as pa
 
-        files = []
-        if (self.root / RESULTS_FILE).is_file():
-            files.append(self.root / RESULTS_FILE)
-        files += self._part_files()
-        frames = []
         # Whole-number columns are read as nullable integers: a file that lacks a column
         # (a row of an earlier spec in the same directory) then leaves it missing, not
         # float, and compaction (``keep_missing_ints``) stores it as integers with nulls.
         as_nullable = {pa.int64(): pd.Int64Dtype()}.get
-        for path in files:
-            table = self._read_table(path)
+        for attempt in range(_READ_ATTEMPTS):
+            files = []
+            if (self.root / RESULTS_FILE).is_file():
+                files.append(self.root / RESULTS_FILE)
+            files += self._part_files()
+            try:
+                tables = [self._read_table(path, missing_ok=attempt + 1 < _READ_ATTEMPTS)
+                          for path in files]
+                break
+            except _Vanished:
+                # A running sweep compacted its parts between the listing and the reads
+                # (it writes the merged table first, then deletes them): list again.
+                continue
+        frames = []
+        for table in tables:
             if columns is not None:
                 table = table.select([c for c in columns if c in table.column_names])
             frames.append(table.to_pandas(types_mapper=as_nullable))
@@ -412,11 +429,15 @@ class ResultStore:
             return []
         return sorted(p for p in self.parts.glob("[!.]*.parquet") if p.is_file())
 
-    def _read_table(self, path: Path):
+    def _read_table(self, path: Path, missing_ok: bool = False):
         """One stored file as a table; :class:`StoreError` naming it when it is damaged or
-        not a results file (checked before anything is merged, written or deleted)."""
+        not a results file (checked before anything is merged, written or deleted).
+        ``missing_ok``: a file deleted since it was listed raises ``_Vanished``."""
         import pyarrow as pa
         import pyarrow.parquet as pq
+
+        if missing_ok and not path.exists():
+            raise _Vanished(path)
 
         if path.name == RESULTS_FILE:
             advice = ("move it away to start over (its points run again) or restore it "
@@ -425,7 +446,14 @@ class ResultStore:
             advice = "move it away; the point it held runs again on the next sweep"
         try:
             table = pq.read_table(path)
+        except FileNotFoundError:
+            if missing_ok:
+                raise _Vanished(path) from None
+            raise StoreError(f"{path}: deleted while it was being read (a sweep writing "
+                             "here compacted it); read the directory again") from None
         except (pa.ArrowException, OSError, ValueError) as exc:
+            if missing_ok and not path.exists():  # deleted part-way through the read
+                raise _Vanished(path) from None
             raise StoreError(f"{path}: not a readable Parquet file ({_reason(exc)}); "
                              f"{advice}") from None
         missing = [c for c in ("key", "status") if c not in table.column_names]

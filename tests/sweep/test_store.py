@@ -45,6 +45,29 @@ def test_parts_compaction_and_reader(tmp_path):
     assert list(after.columns[:2]) == ["point", "status"] and after.columns[-1] == "sweep"
 
 
+def test_a_reader_racing_a_compaction_lists_again(tmp_path, monkeypatch):
+    # A reader listed the parts, the running sweep compacted them (merged table written,
+    # parts deleted), and the reader called the vanished part "not a readable Parquet
+    # file ... move it away".
+    store = ResultStore(tmp_path)
+    for i in range(3):
+        store.write_row(row(f"k{i}", i))
+    listed = store._part_files()
+    calls = []
+
+    def stale_listing():
+        calls.append(1)
+        if len(calls) == 1:
+            store.compact()  # between the listing and the reads
+            return listed
+        return original()
+
+    original = store._part_files
+    monkeypatch.setattr(store, "_part_files", stale_listing)
+    frame = store.read()
+    assert list(frame["key"]) == ["k0", "k1", "k2"] and not list(store.parts.glob("*.parquet"))
+
+
 def test_newer_part_wins_and_duplicates_collapse(tmp_path):
     store = ResultStore(tmp_path)
     store.write_row(row("k0", 0, status="failed", error="boom"))
