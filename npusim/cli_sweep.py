@@ -225,7 +225,13 @@ def plot(
             else:  # per request when the run has requests.csv, else per task
                 figure = analysis.plot_latency_cdf(source, column=value, by=hue)
         else:
-            frame = analysis.load_sweep(source)
+            import warnings
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                frame = analysis.load_sweep(source)
+            for warning in caught:  # points with no result yet: a note, not a Python warning
+                typer.secho(f"  note: {warning.message}", fg=typer.colors.YELLOW, err=True)
             if kind == "line":
                 figure = analysis.plot_metric(frame, need("--x", x), need("--y", y), hue=hue,
                                              logx=logx)

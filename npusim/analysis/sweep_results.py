@@ -19,12 +19,17 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     ``config_hash``, ``key``, ``npusim_version``, ``sweep``.  ``status="ok"`` keeps only
     points that ran.  Whole-number columns are int64, or pandas' nullable Int64 where
     some rows lack a value (a failed point has no metrics).
+
+    ``frame.attrs`` holds ``sweep_dir``, ``points_total`` (the spec's points) and
+    ``points_missing`` (points with no row yet: a sweep still running, or one that
+    stopped early); missing points are also reported with a warning, since a plot of
+    the rows alone looks like the whole sweep.
     """
     from npusim.sweep.store import ResultStore, plain_whole_numbers
 
     if status not in (None, "ok", "failed", "skipped"):
         raise AnalysisError(f"status: expected 'ok', 'failed', 'skipped' or None, got {status!r}")
-    root = Path(out_dir)
+    root = _sweep_dir(out_dir)
     store = ResultStore(root)
     if not (root / "manifest.json").is_file() and not (root / "results.parquet").is_file() \
             and not store.parts.is_dir():
@@ -32,12 +37,48 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
                             "results.parquet or parts/); run `npusim sweep SPEC --out DIR` first")
     _check_point_indices(store)
     frame = store.read()
+    total = len((store.manifest() or {}).get("points", [])) or len(frame)
+    missing = max(0, total - len(frame))
+    if missing:
+        _warn_missing(root, missing, total)
     if status is not None:
         frame = frame[frame["status"] == status].reset_index(drop=True)
         # the rows that lacked a whole number may be gone; copy: one block again
         frame = plain_whole_numbers(frame).copy()
     frame.attrs["sweep_dir"] = str(root)  # later messages (a column not there) name it
+    frame.attrs["points_total"] = total
+    frame.attrs["points_missing"] = missing
     return frame
+
+
+def _sweep_dir(out_dir: Any) -> Path:
+    """The directory ``load_sweep`` was given: a path, or what it is easily confused with
+    (the summary :func:`run_sweep` returns, the directory's results.parquet)."""
+    import os
+
+    if hasattr(out_dir, "out_dir") and not isinstance(out_dir, (str, os.PathLike)):
+        return Path(out_dir.out_dir)  # a SweepSummary: its directory
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise AnalysisError(f"load_sweep: expected a sweep output directory (a path), got "
+                            f"a {type(out_dir).__name__}; a Result is one run (use its "
+                            "metrics), and a DataFrame is already loaded")
+    root = Path(out_dir)
+    if root.is_file() and root.suffix == ".parquet":
+        raise AnalysisError(f"{root}: a file of a sweep's output; expected its directory, "
+                            f"load_sweep({str(root.parent)!r})")
+    return root
+
+
+def _warn_missing(root: Path, missing: int, total: int) -> None:
+    import warnings
+
+    from npusim.sweep.store import LOCK_FILE
+
+    why = (f"a sweep is writing here ({LOCK_FILE}); load again when it ends"
+           if (root / LOCK_FILE).exists() else
+           "the sweep stopped before them; run it again with the same --out to finish")
+    warnings.warn(f"{root}: {missing} of {total} points have no result yet ({why}); "
+                  "frame.attrs['points_missing'] counts them", stacklevel=3)
 
 
 def _check_point_indices(store: Any) -> None:

@@ -147,6 +147,43 @@ def test_load_sweep_on_a_wrong_directory_is_a_user_error(tmp_path):
         analysis.load_sweep(tmp_path)
 
 
+def test_load_sweep_says_how_many_points_have_no_result_yet(swept, tmp_path):
+    # A running or stopped sweep loaded as if it were whole: 2 of 4 rows, no word.
+    import json
+    import shutil
+
+    partial = tmp_path / "partial"
+    shutil.copytree(swept, partial)
+    manifest = json.loads((partial / "manifest.json").read_text())
+    manifest["points"] += [{"index": 9, "key": "not-run-1", "params": {}},
+                           {"index": 10, "key": "not-run-2", "params": {}}]
+    (partial / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.warns(UserWarning, match=r"2 of 11 points have no result yet \(the sweep "
+                                         r"stopped before them; run it again"):
+        frame = analysis.load_sweep(partial)
+    assert len(frame) == 9 and frame.attrs["points_missing"] == 2
+    (partial / ".sweep.lock").write_text('{"pid": 1, "host": "elsewhere"}')
+    with pytest.warns(UserWarning, match=r"a sweep is writing here \(\.sweep\.lock\)"):
+        analysis.load_sweep(partial, status="ok")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert analysis.load_sweep(swept).attrs == {"sweep_dir": str(swept), "points_total": 9,
+                                                    "points_missing": 0}
+
+
+def test_load_sweep_takes_what_it_is_confused_with_or_says_what_it_got(swept):
+    from types import SimpleNamespace
+
+    summary = SimpleNamespace(out_dir=swept)  # what run_sweep returns carries its directory
+    assert len(analysis.load_sweep(summary)) == 9
+    with pytest.raises(analysis.AnalysisError, match=r"expected its directory, "
+                                                     r"load_sweep\('.*grid'\)"):
+        analysis.load_sweep(swept / "results.parquet")
+    with pytest.raises(analysis.AnalysisError, match="got a DataFrame"):
+        analysis.load_sweep(pd.DataFrame())
+
+
 def small_spec(tmp_path, extra=""):
     """A two-point analytic sweep over quickstart, plus ``extra`` YAML lines."""
     path = tmp_path / "small.yaml"
