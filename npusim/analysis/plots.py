@@ -63,6 +63,8 @@ def _tick(column: str, value: Any) -> str:
     """A swept value as a tick label: sizes, bandwidths and clocks in readable units
     (``128 MiB``, ``16 GB/s``, ``1 GHz``; units live in the column names), else as is."""
     name = str(column).rsplit(".", 1)[-1]
+    if _is_null(value):
+        return "null"  # a swept null (the default), kept as its own category
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -75,6 +77,19 @@ def _tick(column: str, value: Any) -> str:
         if name.endswith(suffix):
             return format_si(number, unit)
     return f"{number:g}" if isinstance(value, float) else str(value)
+
+
+def _is_null(value: Any) -> bool:
+    import pandas as pd
+
+    return not isinstance(value, (list, tuple, dict)) and bool(pd.isna(value))
+
+
+def _sorted_keys(values) -> list:
+    """Distinct values in order, a null (a swept ``null``) last."""
+    distinct = list(dict.fromkeys(values))
+    nulls = [v for v in distinct if _is_null(v)][:1]
+    return sorted(v for v in distinct if not _is_null(v)) + nulls
 
 
 def _ok(frame: "pd.DataFrame") -> "pd.DataFrame":
@@ -94,20 +109,31 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
     data = _ok(frame).dropna(subset=[y])
     if data.empty:
         raise AnalysisError(f"no finished points with a value for {y!r}")
+    # A swept null (e.g. workload.pd.prefill_cores: [null, 32]) is a point like any
+    # other: pandas' groupby would drop it.  On x it makes the axis categorical.
+    categorical_x = bool(data[x].isna().any())
+    if categorical_x and logx:
+        raise AnalysisError(f"{x!r} is null for some points, which a log axis cannot place; "
+                            "drop logx or filter those rows")
+    order = _sorted_keys(data[x]) if categorical_x else None  # the null last
     ax = _axes(ax)
     factor, ylabel = _scale(y, data[y])
-    groups = data.groupby(hue, sort=True) if hue else [(None, data)]
+    groups = data.groupby(hue, sort=True, dropna=False) if hue else [(None, data)]
     averaged = False
     for value, group in groups:
         averaged = averaged or bool(group.duplicated(subset=[x]).any())
-        line = group.groupby(x, sort=True)[y].mean()
-        ax.plot(list(line.index), line.to_numpy(dtype=float) / factor, marker="o",
-                label=None if hue is None else f"{hue}={value}")
+        line = group.groupby(x, sort=True, dropna=False)[y].mean()
+        xs = list(line.index) if order is None else \
+            [len(order) - 1 if _is_null(v) else order.index(v) for v in line.index]
+        ax.plot(xs, line.to_numpy(dtype=float) / factor, marker="o",
+                label=None if hue is None else f"{hue}={_tick(hue, value)}")
     if logx:
         ax.set_xscale("log", base=2)
     from pandas.api.types import is_numeric_dtype
 
-    if logx or (_has_unit(x) and is_numeric_dtype(data[x])):
+    if order is not None:
+        ax.set_xticks(range(len(order)), [_tick(x, v) for v in order])
+    elif logx or (_has_unit(x) and is_numeric_dtype(data[x])):
         ticks = sorted(set(float(v) for v in data[x]))
         if len(ticks) <= 12:  # label the swept values themselves, not powers of two
             ax.set_xticks(ticks, [_tick(x, t) for t in ticks])
@@ -137,8 +163,9 @@ def plot_heatmap(frame: "pd.DataFrame", x: str, y: str, value: str,
     data = _ok(frame).dropna(subset=[value])
     if data.empty:
         raise AnalysisError(f"no finished points with a value for {value!r}")
-    table = data.pivot_table(index=y, columns=x, values=value, aggfunc="mean").sort_index()
-    table = table[sorted(table.columns)]
+    # dropna=False: a swept null is a row or column of its own (labelled null)
+    table = data.pivot_table(index=y, columns=x, values=value, aggfunc="mean", dropna=False)
+    table = table.reindex(index=_sorted_keys(table.index), columns=_sorted_keys(table.columns))
     factor, label = _scale(value, data[value])
     grid = table.to_numpy(dtype=float) / factor
     ax = _axes(ax)
@@ -192,8 +219,10 @@ def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] 
     fy, ylabel = _scale(y, data[y])
     ax = _axes(ax)
     ax.scatter(data[x] / fx, data[y] / fy, color="0.7", s=18, label="points")
-    ax.plot(front[x] / fx, front[y] / fy, color="C3", marker="o", drawstyle="steps-post"
-            if minimize[0] == minimize[1] else "default", label="Pareto front")
+    # A staircase along the dominated region's edge (the front is sorted by x): with x
+    # minimised the region lies to the right, so step across first, else up or down.
+    ax.plot(front[x] / fx, front[y] / fy, color="C3", marker="o",
+            drawstyle="steps-post" if minimize[0] else "steps-pre", label="Pareto front")
     if label:
         for _, row in front.iterrows():
             ax.annotate(str(row[label]), (row[x] / fx, row[y] / fy), fontsize="x-small",
@@ -225,7 +254,7 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
             source, what = (requests, "per-request table") if requests is not None else \
                 (as_ops(source), "ops table")
         require_columns(source, (by,), what)
-        groups = [(value, group) for value, group in source.groupby(by, sort=True)]
+        groups = [(value, group) for value, group in source.groupby(by, sort=True, dropna=False)]
     else:
         groups = [(None, source)]
     samples = [(value, *latency_samples(group, column)) for value, group in groups]
@@ -239,7 +268,7 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
         values = np.sort(series.to_numpy(dtype=float)) / factor
         if len(values):
             ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                    label=None if by is None else f"{by}={value}")
+                    label=None if by is None else f"{by}={_tick(by, value)}")
     ax.set_xlabel(label)
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(0, 1.02)

@@ -184,6 +184,41 @@ def test_load_sweep_takes_what_it_is_confused_with_or_says_what_it_got(swept):
         analysis.load_sweep(pd.DataFrame())
 
 
+def test_a_swept_null_is_plotted_as_its_own_category():
+    # workload.pd.prefill_cores: [null, 32] (fusion and a split): pandas' groupby and
+    # pivot_table dropped the null, so the fusion point vanished from every figure.
+    frame = pd.DataFrame({"status": ["ok"] * 4,
+                          "workload.pd.prefill_cores": pd.array([None, 32, None, 32], "Int64"),
+                          "workload.pd.mode": ["fusion", "disaggregation", "fusion", "x"],
+                          "metrics.e2e_ms_mean": [1.0, 2.0, 3.0, 4.0]})
+    ax = analysis.plot_metric(frame, "workload.pd.prefill_cores", "metrics.e2e_ms_mean").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "null"]
+    assert ax.lines[0].get_xydata().tolist() == [[0.0, 3.0], [1.0, 2.0]]
+    ax = analysis.plot_metric(frame, "workload.pd.mode", "metrics.e2e_ms_mean",
+                              hue="workload.pd.prefill_cores").axes[0]
+    assert [line.get_label() for line in ax.lines] == ["workload.pd.prefill_cores=32",
+                                                       "workload.pd.prefill_cores=null"]
+    ax = analysis.plot_heatmap(frame, "workload.pd.mode", "workload.pd.prefill_cores",
+                               "metrics.e2e_ms_mean").axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["32", "null"]
+    ax = analysis.plot_latency_cdf(frame, "metrics.e2e_ms_mean",
+                                   by="workload.pd.prefill_cores").axes[0]
+    assert len(ax.lines) == 2
+    with pytest.raises(analysis.AnalysisError, match="null for some points"):
+        analysis.plot_metric(frame, "workload.pd.prefill_cores", "metrics.e2e_ms_mean", logx=True)
+
+
+@pytest.mark.parametrize("minimize, drawstyle", [((True, True), "steps-post"),
+                                                 ((False, False), "steps-pre"),
+                                                 ((True, False), "steps-post"),
+                                                 ((False, True), "steps-pre")])
+def test_the_pareto_staircase_bounds_the_dominated_region(minimize, drawstyle):
+    # Both maximised, steps-post drew the front through (5, 10), which no design reaches.
+    frame = pd.DataFrame({"tput": [1.0, 5.0, 2.0, 4.0], "eff": [10.0, 3.0, 2.0, 12.0]})
+    line = analysis.plot_pareto(frame, "tput", "eff", minimize=minimize).axes[0].lines[0]
+    assert line.get_drawstyle() == drawstyle
+
+
 def small_spec(tmp_path, extra=""):
     """A two-point analytic sweep over quickstart, plus ``extra`` YAML lines."""
     path = tmp_path / "small.yaml"
