@@ -25,6 +25,8 @@ OPS_TIMES = {"start_ps": True, "end_ps": True, "duration_ps": True}
 REQUEST_TIMES = {"arrival_ps": True, "first_token_ps": False, "finish_ps": False,
                  "ttft_ps": False, "e2e_ps": False, "mean_tbt_ps": False}
 ITERATION_TIMES = {"start_ps": True, "end_ps": True}
+#: requests.csv columns that are text even when every cell is empty.
+REQUEST_TEXT = ("request_id", "status", "reason", "rejected_kind")
 #: Columns a serving timeline needs from iterations.csv.
 ITERATION_COLUMNS = ("replica", "role", "start_ps", "end_ps", "requests", "kv_used_tokens",
                      "kv_capacity_tokens", "waiting", "running")
@@ -148,7 +150,7 @@ def as_ops(source: Any) -> "pd.DataFrame":
 
 def read_table(path: Path, what: str, row: str, required: Sequence[str] = (),
                times: Mapping[str, bool] | None = None, other: str = "",
-               writer: str = "npusim run --out DIR") -> "pd.DataFrame":
+               writer: str = "npusim run --out DIR", text: Sequence[str] = ()) -> "pd.DataFrame":
     """A CSV table ``writer`` wrote (ops.csv, requests.csv; capacity.csv), checked:
     readable UTF-8 CSV, the ``required`` columns, and ``times`` (column -> value needed
     in every row) finite numbers.  Any problem is an :class:`AnalysisError` naming the
@@ -172,6 +174,7 @@ def read_table(path: Path, what: str, row: str, required: Sequence[str] = (),
         raise AnalysisError(f"{path}: not a readable CSV table ({gist}); {expected}") from None
     except OSError as exc:
         raise AnalysisError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    frame = _as_written(path, frame, text)
     frame.attrs["source"] = str(path)
     for column in required:
         if column not in frame.columns:
@@ -182,6 +185,42 @@ def read_table(path: Path, what: str, row: str, required: Sequence[str] = (),
             raise AnalysisError(f"{path}: no column {column!r}{hint}; {expected}, with columns "
                                 f"{', '.join(required)}, ...; this file has: {shown}{other}")
     return check_times(frame, times or {}, what)
+
+
+def _as_written(path: Path, frame: "pd.DataFrame", text: Sequence[str] = ()) -> "pd.DataFrame":
+    """``frame`` with the dtypes :meth:`Result.table` gives the same table: a whole-number
+    column with empty cells (a rejected request has no ``first_token_ps``) as nullable
+    Int64, parsed from the text again (float64 would print 4.005622e+10 and round
+    picoseconds past 2**53, 2.5 hours of simulated time), and an empty text cell as
+    ``""`` rather than NaN; ``text`` names columns that are text even when every cell
+    is empty (``reason`` of a run where every request finished)."""
+    import pandas as pd
+
+    gaps = [column for column in frame.columns
+            if frame[column].dtype.kind == "f" and frame[column].isna().any()
+            and frame[column].notna().any() and (frame[column].dropna() % 1 == 0).all()]
+    if gaps:  # integers as written ("40056216465"), not whole floats ("2.0", a mean)
+        try:
+            raw = pd.read_csv(path, low_memory=False, usecols=gaps, dtype=str)
+            gaps = [c for c in gaps if raw[c].dropna().str.fullmatch(r"-?\d+").all()]
+        except (ValueError, TypeError, OSError):
+            gaps = []
+    dtypes = {**{column: "Int64" for column in gaps},
+              **{column: str for column in text if column in frame.columns}}
+    if dtypes:
+        try:
+            again = pd.read_csv(path, low_memory=False, dtype=dtypes)
+        except (ValueError, TypeError, OSError):  # "4.0" in the text: keep the floats
+            again = None
+        if again is not None and list(again.columns) == list(frame.columns):
+            frame = again
+    for column in frame.columns:
+        values = frame[column]
+        if isinstance(values.dtype, pd.StringDtype) and values.isna().any() or \
+                values.dtype == object and values.isna().any() \
+                and all(isinstance(v, str) for v in values.dropna()):
+            frame[column] = values.fillna("")
+    return frame
 
 
 def _undecodable(path: Path, exc: UnicodeDecodeError) -> str:
@@ -339,14 +378,23 @@ def request_table(source: Any) -> "pd.DataFrame | None":
         return source.table("requests") if "requests" in tables else None
     if isinstance(getattr(source, "requests", None), pd.DataFrame):  # duck-typed results
         return source.requests
+    _check_run_path(source)
     if isinstance(source, (str, Path)) and (Path(source) / "requests.csv").exists():
         return read_table(Path(source) / "requests.csv", "per-request table", "request",
                           required=("arrival_ps", "finish_ps"), times=REQUEST_TIMES,
+                          text=REQUEST_TEXT,
                           other=" (if it is a file of your own, move it away to plot the "
                                 "task durations of ops.csv)")
     if isinstance(source, pd.DataFrame) and {"arrival_ps", "finish_ps"} <= set(source.columns):
         return source  # a per-request table itself (e.g. one group of it)
     return None
+
+
+def _check_run_path(source: Any) -> None:
+    """A path that names nothing is a typo, not a run without that table."""
+    if isinstance(source, (str, Path)) and not Path(source).exists():
+        raise AnalysisError(f"{source}: no such file or directory; expected a run directory "
+                            "(npusim run --out DIR) or a Result")
 
 
 def iteration_table(source: Any) -> "pd.DataFrame | None":
@@ -356,6 +404,7 @@ def iteration_table(source: Any) -> "pd.DataFrame | None":
     tables = getattr(source, "tables", None)
     if isinstance(tables, dict):
         return source.table("iterations") if "iterations" in tables else None
+    _check_run_path(source)
     if isinstance(source, (str, Path)) and (Path(source) / "iterations.csv").exists():
         return read_table(Path(source) / "iterations.csv", "per-iteration table",
                           "micro-batch", required=ITERATION_COLUMNS, times=ITERATION_TIMES)

@@ -37,7 +37,8 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
                             "results.parquet or parts/); run `npusim sweep SPEC --out DIR` first")
     _check_point_indices(store)
     frame = store.read()
-    total = len((store.manifest() or {}).get("points", [])) or len(frame)
+    # distinct keys: a random axis may draw one point twice, stored (and counted) once
+    total = len({p["key"] for p in (store.manifest() or {}).get("points", [])}) or len(frame)
     missing = max(0, total - len(frame))
     if missing:
         _warn_missing(root, missing, total)

@@ -142,6 +142,26 @@ def test_latency_samples_prefer_a_per_request_table():
     assert list(values) == [1.0, 2.0, 3.0]
 
 
+def test_a_per_request_table_read_back_from_a_run_directory_has_the_results_dtypes(tmp_path):
+    # From the directory, times with gaps (a rejected request) came back float64
+    # (4.005622e+10, inexact past 2**53 ps) and an empty reason as NaN, not "".
+    import npusim
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ps,prompt_tokens,output_tokens\n0,64,2\n1000,50000,4\n")
+    result = npusim.simulate(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml",
+                             mode="analytic", overrides=[f"workload.trace.file={trace}"])
+    result.write(tmp_path / "run")
+    written = analysis.request_table(tmp_path / "run")
+    assert list(written["status"]) == ["finished", "rejected"]
+    assert str(written["first_token_ps"].dtype) == "Int64" and written["reason"][0] == ""
+    assert written.equals(result.requests)
+    # a misspelt directory is an error naming it (it read as a run without the table)
+    for read in (analysis.request_table, analysis.iteration_table, analysis.token_table):
+        with pytest.raises(analysis.AnalysisError, match=r"runn: no such file or directory"):
+            read(tmp_path / "runn")
+
+
 def test_load_sweep_on_a_wrong_directory_is_a_user_error(tmp_path):
     with pytest.raises(analysis.AnalysisError, match="not a sweep output directory"):
         analysis.load_sweep(tmp_path)
