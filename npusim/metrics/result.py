@@ -35,9 +35,13 @@ class NoSuchTable(NpusimError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass(repr=False)  # the generated repr printed every column (8 MB for 32 requests)
+@dataclass(repr=False, eq=False)  # the generated repr printed every column (8 MB for 32 requests)
 class Result:
-    """Everything one :func:`npusim.simulate` call produced."""
+    """Everything one :func:`npusim.simulate` call produced.
+
+    Two Results are equal when the simulation gave the same answers: ``host`` (wall time,
+    machine) is left out, so the same config and seed compare equal.
+    """
 
     metrics: dict[str, Any]
     op_columns: dict[str, list]
@@ -48,6 +52,16 @@ class Result:
     #: Extra tables by name: rows as dicts, or columns as lists (which keep an empty
     #: table's header).
     tables: dict[str, list[dict[str, Any]] | dict[str, list]] = field(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Result):
+            return NotImplemented
+        return (self.metrics, self.op_columns, self.unit_stats, self.config,
+                self.segment_rows, self.tables) == (
+            other.metrics, other.op_columns, other.unit_stats, other.config,
+            other.segment_rows, other.tables)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __repr__(self) -> str:
         """One line a notebook can show: what ran, how long it took in simulated time,

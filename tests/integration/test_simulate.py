@@ -60,6 +60,13 @@ def test_peak_utilisation_is_work_over_the_chip_and_over_the_used_units():
     assert 0 < hbm < 1
 
 
+def test_same_config_gives_an_equal_result_whatever_the_wall_time():
+    # Result == Result compared host (wall time) too, so it was always False.
+    first, second = simulate(QUICKSTART, mode="analytic"), simulate(QUICKSTART, mode="analytic")
+    assert first.host != second.host and first == second
+    assert first != simulate(QUICKSTART, mode="analytic", overrides=["workload.m=128"])
+
+
 def test_same_config_gives_byte_identical_metrics(tmp_path):
     first = simulate(QUICKSTART).write(tmp_path / "a")
     second = simulate(QUICKSTART).write(tmp_path / "b")
