@@ -69,10 +69,12 @@ def _tick(column: str, value: Any) -> str:
         number = float(value)
     except (TypeError, ValueError):
         return str(value)
-    from npusim.core.units import format_bytes, format_si
+    from npusim.core.units import format_bytes, format_si, format_time_ps
 
     if name.endswith("_bytes"):
         return format_bytes(number)
+    if name.endswith("_ps"):
+        return format_time_ps(number)
     for suffix, unit in (("_bps", "B/s"), ("_hz", "Hz")):
         if name.endswith(suffix):
             return format_si(number, unit)
@@ -116,31 +118,36 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
         raise AnalysisError(f"{x!r} is null for some points, which a log axis cannot place; "
                             "drop logx or filter those rows")
     order = _sorted_keys(data[x]) if categorical_x else None  # the null last
+    from pandas.api.types import is_numeric_dtype
+
     ax = _axes(ax)
     factor, ylabel = _scale(y, data[y])
+    # a time on x (a swept latency, a metric against another) in a readable unit too
+    x_factor, xlabel = _scale(x, data[x]) if order is None and is_numeric_dtype(data[x]) \
+        else (1.0, str(x))
     groups = data.groupby(hue, sort=True, dropna=False) if hue else [(None, data)]
     averaged = False
     for value, group in groups:
         averaged = averaged or bool(group.duplicated(subset=[x]).any())
         line = group.groupby(x, sort=True, dropna=False)[y].mean()
-        xs = list(line.index) if order is None else \
+        xs = [float(v) / x_factor for v in line.index] if x_factor != 1.0 else \
+            list(line.index) if order is None else \
             [len(order) - 1 if _is_null(v) else order.index(v) for v in line.index]
         ax.plot(xs, line.to_numpy(dtype=float) / factor, marker="o",
                 label=None if hue is None else f"{hue}={_tick(hue, value)}")
     if logx:
         ax.set_xscale("log", base=2)
-    from pandas.api.types import is_numeric_dtype
-
     if order is not None:
         ax.set_xticks(range(len(order)), [_tick(x, v) for v in order])
     elif logx or (_has_unit(x) and is_numeric_dtype(data[x])):
         ticks = sorted(set(float(v) for v in data[x]))
         if len(ticks) <= 12:  # label the swept values themselves, not powers of two
-            ax.set_xticks(ticks, [_tick(x, t) for t in ticks])
+            ax.set_xticks([t / x_factor for t in ticks],
+                          [_tick(x, t) if x_factor == 1.0 else f"{t / x_factor:g}" for t in ticks])
             ax.xaxis.set_minor_locator(_null_locator())
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(x)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if hue:
         ax.legend(fontsize="small")

@@ -239,6 +239,25 @@ def test_the_pareto_staircase_bounds_the_dominated_region(minimize, drawstyle):
     assert line.get_drawstyle() == drawstyle
 
 
+def test_times_on_x_ticks_and_legends_are_in_readable_units():
+    # The y axis was scaled, but a time on x showed 3.15007e+08 and a swept latency's
+    # heatmap ticks and legend entries raw picoseconds.
+    frame = pd.DataFrame({"status": ["ok"] * 4, "hw.noc.hop_latency_ps": [1000, 2000] * 2,
+                          "workload.m": [64, 64, 128, 128],
+                          "metrics.latency_ps": [3.1e8, 3.2e8, 3.3e8, 3.4e8],
+                          "metrics.flops": [1.0, 2.0, 3.0, 4.0]})
+    ax = analysis.plot_metric(frame, "metrics.latency_ps", "metrics.flops").axes[0]
+    assert ax.get_xlabel() == "metrics.latency (us)"
+    assert list(ax.lines[0].get_xdata()) == [310.0, 320.0, 330.0, 340.0]
+    ax = analysis.plot_heatmap(frame, "hw.noc.hop_latency_ps", "workload.m",
+                               "metrics.latency_ps").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1 ns", "2 ns"]
+    ax = analysis.plot_metric(frame, "workload.m", "metrics.latency_ps",
+                              hue="hw.noc.hop_latency_ps").axes[0]
+    assert [line.get_label() for line in ax.lines] == ["hw.noc.hop_latency_ps=1 ns",
+                                                       "hw.noc.hop_latency_ps=2 ns"]
+
+
 def small_spec(tmp_path, extra=""):
     """A two-point analytic sweep over quickstart, plus ``extra`` YAML lines."""
     path = tmp_path / "small.yaml"
