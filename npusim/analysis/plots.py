@@ -127,9 +127,12 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
         else (1.0, str(x))
     groups = data.groupby(hue, sort=True, dropna=False) if hue else [(None, data)]
     averaged = False
+    support: set[int] = set()  # points behind each marker
     for value, group in groups:
         averaged = averaged or bool(group.duplicated(subset=[x]).any())
-        line = group.groupby(x, sort=True, dropna=False)[y].mean()
+        by_x = group.groupby(x, sort=True, dropna=False)[y]
+        support.update(int(n) for n in by_x.size())
+        line = by_x.mean()
         xs = [float(v) / x_factor for v in line.index] if x_factor != 1.0 else \
             list(line.index) if order is None else \
             [len(order) - 1 if _is_null(v) else order.index(v) for v in line.index]
@@ -152,9 +155,14 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
     if hue:
         ax.legend(fontsize="small")
     ax.grid(True, alpha=0.3)
-    # Several points per x (other parameters varied): each marker is their mean.
-    ax.set_title(title or _wrapped(f"{y} vs {x}" + (" (mean over the other parameters)"
-                                            if averaged else "")), fontsize="medium")
+    # Several points per x (other parameters varied): each marker is their mean; when
+    # some did not run, markers average different sets, which the title says.
+    note = ""
+    if averaged:
+        note = " (mean over the other parameters" + (
+            f"; {min(support)} to {max(support)} points per marker)"
+            if len(support) > 1 else ")")
+    ax.set_title(title or _wrapped(f"{y} vs {x}{note}"), fontsize="medium")
     return ax.figure
 
 

@@ -449,6 +449,10 @@ def test_a_line_plot_says_when_each_marker_averages_other_parameters():
     assert averaged.get_title() == "y vs x (mean over the other parameters)"
     assert list(averaged.lines[0].get_ydata()) == [2.0, 3.0]
     assert analysis.plot_metric(frame, "x", "y", hue="z").axes[0].get_title() == "y vs x"
+    # a point that failed: the markers average different sets, and the title says so
+    frame.loc[3, "status"] = "failed"
+    uneven = " ".join(analysis.plot_metric(frame, "x", "y").axes[0].get_title().split())
+    assert uneven == "y vs x (mean over the other parameters; 1 to 2 points per marker)"
 
 
 def test_swept_sizes_bandwidths_and_clocks_are_labelled_in_their_units():
