@@ -66,13 +66,21 @@ class Result:
     def __repr__(self) -> str:
         """One line a notebook can show: what ran, how long it took in simulated time,
         and the tables to look at (``result.metrics`` and the frames hold the rest)."""
+        from npusim.core.units import format_time_ps
+
         m = self.metrics
+        # ops.csv rows: the tasks traced (run.trace), not the operations that ran
         parts = [f"scenario={m.get('scenario')!r}", f"mode={m.get('mode')!r}",
-                 f"latency_s={m.get('latency_s', 0.0):.6g}", f"segments={m.get('segments')}",
-                 f"ops={len(self.op_columns.get('task', ()))}", f"units={len(self.unit_stats)}"]
+                 f"latency={format_time_ps(m.get('latency_ps') or 0)}",
+                 f"segments={m.get('segments')}",
+                 f"traced_ops={len(self.op_columns.get('task', ()))}",
+                 f"units={len(self.unit_stats)}"]
         if "requests_total" in m:  # a serving run
             parts.append(f"requests={m['requests_total']} ({m.get('requests_finished')} "
                          f"finished, {m.get('requests_rejected')} rejected)")
+            for name in ("ttft_ms_mean", "tpot_ms_mean"):
+                if isinstance(m.get(name), (int, float)):
+                    parts.append(f"{name}={m[name]:.4g}")
         if m.get("notes"):  # settings the run could not act on: worth a look
             parts.append(f"notes={len(m['notes'])} (metrics['notes'])")
         if self.tables:

@@ -91,14 +91,20 @@ def test_a_result_prints_as_one_summary_line():
                               overrides=["workload.trace.limit=3"])
     text = repr(serving)
     assert "\n" not in text and len(text) < 300
+    from npusim.core.units import format_time_ps
+
     assert text.startswith("Result(scenario='qwen3_4b_npu64_pd_fusion', mode='analytic', "
-                           f"latency_s={serving.metrics['latency_s']:.6g}, ")
-    assert "requests=3 (3 finished, 0 rejected), tables=['iterations', 'requests'])" in text
+                           f"latency={format_time_ps(serving.metrics['latency_ps'])}, ")
+    # traced_ops: the rows of ops.csv (run.trace), not the operations that ran (it said ops=0)
+    assert ", traced_ops=0, " in text
+    assert (f"requests=3 (3 finished, 0 rejected), ttft_ms_mean="
+            f"{serving.metrics['ttft_ms_mean']:.4g}, tpot_ms_mean=") in text
+    assert text.endswith("tables=['iterations', 'requests'])")
     noted = repr(npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml", mode="analytic",
                                  overrides=["workload.trace.limit=300"]))
     assert "notes=1 (metrics['notes']), tables=" in noted and "notes" not in text
     gemm = repr(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
-    assert "requests=" not in gemm and "tables=" not in gemm and ", ops=" in gemm
+    assert "requests=" not in gemm and "tables=" not in gemm and ", traced_ops=" in gemm
 
 
 def test_a_cdf_of_every_inter_token_gap_from_the_api_and_the_cli(tmp_path, capsys):
