@@ -290,8 +290,24 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
     if by is not None:
         ax.legend(fontsize="small")
     ax.grid(True, alpha=0.3)
-    ax.set_title(title or _wrapped(f"CDF of {name}"), fontsize="medium")
+    ax.set_title(title or _wrapped(f"CDF of {name}{_left_out(source)}"), fontsize="medium")
     return ax.figure
+
+
+def _left_out(source: Any) -> str:
+    """`` (2 of 9 requests rejected: not in the CDF)`` for a per-request source with
+    requests that never finished: a CDF that reaches 1.0 would hide them."""
+    from npusim.analysis.frames import request_table
+
+    try:
+        requests = request_table(source)
+    except AnalysisError:
+        return ""
+    if requests is None or "status" not in requests.columns or not len(requests):
+        return ""
+    unfinished = int((requests["status"] != "finished").sum())
+    return (f" ({unfinished} of {len(requests)} requests rejected: not in the CDF)"
+            if unfinished else "")
 
 
 def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | None = None,

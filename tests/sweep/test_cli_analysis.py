@@ -156,6 +156,9 @@ def test_a_per_request_table_read_back_from_a_run_directory_has_the_results_dtyp
     assert list(written["status"]) == ["finished", "rejected"]
     assert str(written["first_token_ps"].dtype) == "Int64" and written["reason"][0] == ""
     assert written.equals(result.requests)
+    # the CDF reaches 1.0 over the finished requests: its title says one was left out
+    title = analysis.plot_latency_cdf(tmp_path / "run").axes[0].get_title()
+    assert " ".join(title.split()) == "CDF of e2e_ps (1 of 2 requests rejected: not in the CDF)"
     # a misspelt directory is an error naming it (it read as a run without the table)
     for read in (analysis.request_table, analysis.iteration_table, analysis.token_table):
         with pytest.raises(analysis.AnalysisError, match=r"runn: no such file or directory"):
