@@ -56,6 +56,9 @@ def require_columns(frame: "pd.DataFrame", columns: Iterable[str | None], what: 
                             f"{type(frame).__name__}; for one run's Result use "
                             "plot_latency_cdf or plot_utilisation_timeline")
     for column in columns:
+        if column is not None and not isinstance(column, str):  # a list: one column per call
+            raise AnalysisError(f"expected one column name, got {column!r}; draw several "
+                                "into one figure by passing ax= to each call")
         if column is not None and column not in frame.columns:
             known = [str(c) for c in frame.columns]
             close = difflib.get_close_matches(str(column), known, n=3, cutoff=0.5)

@@ -37,6 +37,9 @@ def new_figure(figsize: tuple[float, float]) -> "Figure":
 
 def _axes(ax: "Axes | None", figsize: tuple[float, float] = (6.0, 4.0)) -> "Axes":
     if ax is not None:
+        if not hasattr(ax, "plot") or not hasattr(ax, "figure"):
+            raise AnalysisError(f"ax: expected matplotlib Axes (e.g. fig.subplots()[0]), got "
+                                f"{type(ax).__name__} {ax!r}")
         return ax
     return new_figure(figsize).add_subplot()
 

@@ -400,6 +400,11 @@ def test_analysis_helpers_say_what_they_expected():
         analysis.pareto_front(table, "a", "b", minimize=True)
     with pytest.raises(analysis.AnalysisError, match="status: expected 'ok'"):
         analysis.load_sweep(REPO_ROOT, status="bogus")
+    # these reached pandas ("unhashable type: 'list'") and matplotlib internals
+    with pytest.raises(analysis.AnalysisError, match=r"expected one column name, got \['a'\]"):
+        analysis.plot_metric(table, ["a"], "b")
+    with pytest.raises(analysis.AnalysisError, match="ax: expected matplotlib Axes"):
+        analysis.plot_metric(table, "a", "b", ax="left")
 
 
 def test_cdf_and_timeline_arguments_are_used_or_rejected():
