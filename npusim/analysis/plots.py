@@ -379,14 +379,20 @@ def plot_serving_timeline(source: Any, title: str | None = None) -> "Figure":
     figure = new_figure((8.0, 6.5))
     axes = figure.subplots(3, 1, sharex=True)
     for (replica, role), rows in frame.groupby(["replica", "role"], sort=True):
+        import numpy as np
+
         rows = rows.sort_values("start_ps", kind="stable")
-        time = rows["start_ps"].to_numpy(dtype=float) / factor
+        # each launch's state holds until the next; the last until the replica's last
+        # micro-batch ends (a post step would stop at the last launch)
+        time = np.append(rows["start_ps"].to_numpy(dtype=float),
+                         float(rows["end_ps"].max())) / factor
         label = f"{role}{replica}"
         when, count = _in_flight(rows)
         axes[0].step(when / factor, count, where="post", label=label)
-        axes[1].step(time, 100.0 * rows["kv_used_tokens"] / rows["kv_capacity_tokens"],
-                     where="post", label=label)
-        axes[2].step(time, rows["waiting"] + rows["running"], where="post", label=label)
+        for ax, values in ((axes[1], 100.0 * rows["kv_used_tokens"] / rows["kv_capacity_tokens"]),
+                           (axes[2], rows["waiting"] + rows["running"])):
+            values = values.to_numpy(dtype=float)
+            ax.step(time, np.append(values, values[-1]), where="post", label=label)
     for ax, ylabel in zip(axes, ("requests in flight", "KV reserved (%)", "requests left out")):
         ax.set_ylabel(ylabel, fontsize="small")
         ax.grid(True, alpha=0.3)

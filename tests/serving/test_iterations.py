@@ -61,6 +61,9 @@ def test_the_batches_plot_has_a_line_per_replica_in_each_panel(tmp_path, capsys)
     shown_busy = sum(b - a for a, b, n in zip(times, times[1:], counts) if n > 0)
     assert counts[-1] == 0 and min(counts) == 0
     assert shown_busy == pytest.approx(busy_s, rel=1e-6)  # (axis in s for this run)
+    # KV and queue panels run to the pool's last end too (they stopped at its last launch)
+    ends = {tuple(ax.get_lines()[0].get_xdata()[-1:]) for ax in figure.axes}
+    assert len(ends) == 1
     out = tmp_path / "run"
     result.write(out)
     code, stdout, _ = run_cli(["plot", str(out), "--kind", "batches"], capsys)
