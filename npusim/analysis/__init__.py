@@ -14,7 +14,7 @@ __all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_sample
            "request_table", "iteration_table", "plot_serving_timeline", "capacity_probes",
            "plot_capacity", "token_table",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
-           "plot_utilisation_timeline", "save_figure", "AnalysisError"]
+           "plot_utilisation_timeline", "save_figure", "new_figure", "AnalysisError"]
 
 _HOMES = {"load_sweep": "sweep_results", "pareto_front": "frames", "utilisation_timeline": "frames",
           "latency_samples": "frames", "request_table": "frames", "AnalysisError": "frames",
@@ -22,7 +22,7 @@ _HOMES = {"load_sweep": "sweep_results", "pareto_front": "frames", "utilisation_
           "capacity_probes": "frames", "plot_capacity": "plots",
           "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
           "plot_latency_cdf": "plots", "plot_utilisation_timeline": "plots",
-          "save_figure": "plots", "token_table": "tokens"}
+          "save_figure": "plots", "new_figure": "plots", "token_table": "tokens"}
 
 
 def __getattr__(name: str):

@@ -110,7 +110,7 @@ class CapacityProbe:
         return self.arrival_span_ms < self.ttft_ms_p90
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # the generated repr dumped every probe (9 kB)
 class CapacityResult:
     """The outcome of :func:`find_capacity`.
 
@@ -137,6 +137,17 @@ class CapacityResult:
     config: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: settings the scenario's runs could not act on (each probe's metrics ``notes``)
     settings_notes: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        """One line: the capacity found and how the search ended (``probes`` and the
+        rest hold the details)."""
+        def rate(probe: CapacityProbe | None) -> str:
+            return "None" if probe is None else f"{probe.offered_requests_per_s:.4g} req/s"
+
+        return (f"CapacityResult(scenario={self.scenario!r}, status={self.status!r}, "
+                f"max_requests_per_s={self.max_requests_per_s!r}, best={rate(self.best)}, "
+                f"first_miss={rate(self.first_miss)}, target_attainment="
+                f"{self.target_attainment:g}, probes={len(self.probes)})")
 
     @property
     def max_requests_per_s(self) -> float | None:

@@ -72,6 +72,10 @@ def test_the_search_is_deterministic_and_keeps_to_its_probe_budget(monkeypatch):
     assert len(first.probes) == 7 == len(calls)
     assert first.status == "found" and "probes ran out" in first.note
     assert find_capacity(DISAGG, tolerance=0.001, max_probes=7) == first
+    # one line with the capacity (the generated repr dumped every probe, 2 kB for 3)
+    text = repr(first)
+    assert "\n" not in text and len(text) < 300 and ", probes=7)" in text
+    assert f"max_requests_per_s={first.max_requests_per_s!r}" in text
 
 
 @pytest.mark.unit

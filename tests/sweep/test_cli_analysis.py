@@ -492,3 +492,8 @@ def test_a_plot_is_shown_as_an_image_in_a_fresh_notebook_kernel():
     shown, _ = InteractiveShell.instance().display_formatter.format(figure)
     assert shown["image/png"].startswith(b"\x89PNG\r\n\x1a\n")
     assert pickle.loads(pickle.dumps(figure)).axes[0].get_xlabel() == "x"
+    # several panels: new_figure is public, so ax= draws into a figure that shows too
+    panels = analysis.new_figure((10.0, 4.0))
+    left, _ = panels.subplots(1, 2)
+    drawn = analysis.plot_metric(frame, "x", "y", ax=left)
+    assert drawn is panels and "image/png" in InteractiveShell.instance().display_formatter.format(drawn)[0]
