@@ -466,8 +466,12 @@ class ResultStore:
     def _column_order(frame: "pd.DataFrame", manifest: Mapping[str, Any] | None) -> list[str]:
         params = [p for p in (manifest or {}).get("params", []) if p in frame.columns]
         fixed = set(META_COLUMNS) | set(TAIL_COLUMNS) | set(params)
-        metrics = sorted(c for c in frame.columns if c.startswith("metrics."))
-        rest = sorted(c for c in frame.columns if c not in fixed and c not in metrics)
+        from npusim.core.json_keys import natural_key
+
+        # natural order: metrics.unit_utilisation.core2 before ...core10
+        metrics = sorted((c for c in frame.columns if c.startswith("metrics.")), key=natural_key)
+        rest = sorted((c for c in frame.columns if c not in fixed and c not in metrics),
+                      key=natural_key)
         return ([c for c in META_COLUMNS if c in frame] + params + rest + metrics
                 + [c for c in TAIL_COLUMNS if c in frame])
 

@@ -302,3 +302,12 @@ def test_swept_sram_sizes_share_one_energy_basis_column(tmp_path):
     assert sizes == [[32 << 20], [64 << 20]]
     dram = [json.loads(text)[0]["standard"] for text in frame["metrics.energy.basis.dram"]]
     assert dram == ["HBM2E 3.2 Gb/s, 64-bit pseudo-channel"] * 2
+
+
+def test_per_unit_metric_columns_come_in_natural_order(tmp_path):
+    # core1, core10, core11, ..., core2 (string order) made per-core columns hard to scan
+    store = ResultStore(tmp_path)
+    store.write_row(row("k0", 0, **{f"metrics.unit_utilisation.core{i}.sa": 0.5
+                                    for i in (10, 2, 1)}))
+    columns = [c for c in load_results(tmp_path).columns if "core" in c]
+    assert columns == [f"metrics.unit_utilisation.core{i}.sa" for i in (1, 2, 10)]
