@@ -502,10 +502,18 @@ def _alive(holder: Mapping[str, Any], host: str) -> bool:
 
 def plain_whole_numbers(frame: "pd.DataFrame") -> "pd.DataFrame":
     """``frame`` with every nullable Int64 column that has no missing value as plain
-    int64 (the columns with gaps stay Int64 rather than turning float64)."""
+    int64 (the columns with gaps stay Int64 rather than turning float64); likewise a
+    column of booleans: bool, or pandas' nullable boolean where some rows lack it (a
+    failed point), not object."""
     for column in frame.columns:
-        if frame[column].dtype == "Int64" and not frame[column].isna().any():
-            frame[column] = frame[column].astype("int64")
+        values = frame[column]
+        if values.dtype == "Int64" and not values.isna().any():
+            frame[column] = values.astype("int64")
+        elif values.dtype == "boolean" and not values.isna().any():
+            frame[column] = values.astype(bool)
+        elif values.dtype == object and values.notna().any() \
+                and all(isinstance(v, bool) for v in values.dropna()):
+            frame[column] = values.astype("boolean" if values.isna().any() else bool)
     return frame
 
 

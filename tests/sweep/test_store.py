@@ -311,3 +311,16 @@ def test_per_unit_metric_columns_come_in_natural_order(tmp_path):
                                     for i in (10, 2, 1)}))
     columns = [c for c in load_results(tmp_path).columns if "core" in c]
     assert columns == [f"metrics.unit_utilisation.core{i}.sa" for i in (1, 2, 10)]
+
+
+def test_a_boolean_metric_is_boolean_not_object(tmp_path):
+    # metrics.trace_truncated stayed object, even after keeping the points that ran
+    store = ResultStore(tmp_path)
+    store.write_row(row("k0", 0, **{"metrics.trace_truncated": False}))
+    store.write_row(row("k1", 1, status="failed"))
+    frame = load_results(tmp_path)
+    assert str(frame["metrics.trace_truncated"].dtype) == "boolean"
+    ok = frame[frame["status"] == "ok"]
+    from npusim.sweep.store import plain_whole_numbers
+
+    assert plain_whole_numbers(ok.copy())["metrics.trace_truncated"].dtype == bool
