@@ -75,11 +75,16 @@ def trace_override(trace: str | None) -> list[str]:
     path = option_path(trace, "--trace", "a trace file (CSV, JSONL, Azure CSV or Mooncake JSONL)")
     if path is None:
         return []
-    if not path.exists():  # a command-line path is the shell's: relative to here
+    from npusim.config.presets import locate
+
+    # as the scenario argument: the working directory, then the checkout (npusim list
+    # shows the shipped traces as traces/NAME)
+    path = locate(path)
+    if not path.exists():
         raise NpusimError(f"--trace: {trace}: no such file (relative to the working directory "
-                          f"{Path.cwd()}); expected a trace file (CSV, JSONL, Azure CSV or Mooncake JSONL). "
-                          f"--set workload.trace.file={trace} also looks beside the scenario "
-                          "and in the npusim checkout")
+                          f"{Path.cwd()}, or to the npusim checkout); expected a trace file (CSV, "
+                          "JSONL, Azure CSV or Mooncake JSONL). --set workload.trace.file="
+                          f"{trace} also looks beside the scenario")
     return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"]
 
 

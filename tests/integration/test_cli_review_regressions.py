@@ -314,12 +314,17 @@ def test_a_trace_option_naming_no_file_says_where_it_looked(tmp_path, capsys, mo
     # from another directory --trace traces/x.csv was reported at workload.trace.file,
     # an absolute path the user never typed
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(["run", FUSION, "--trace", "traces/ratio_1_1_32.csv", "--out",
+    code, _, err = run_cli(["run", FUSION, "--trace", "traces/no_such_trace.csv", "--out",
                             tmp_path / "out"], capsys)
-    assert code == 2 and err.startswith("error: --trace: traces/ratio_1_1_32.csv: no such file")
-    assert f"relative to the working directory {tmp_path}" in err
-    assert "--set workload.trace.file=traces/ratio_1_1_32.csv also looks" in err
+    assert code == 2 and err.startswith("error: --trace: traces/no_such_trace.csv: no such file")
+    assert f"relative to the working directory {tmp_path}, or to the npusim checkout" in err
+    assert "--set workload.trace.file=traces/no_such_trace.csv also looks" in err
     assert not (tmp_path / "out").exists()
+    # a shipped trace as `npusim list` shows it (traces/NAME) is found from anywhere, as
+    # the scenario argument is
+    code, _, err = run_cli(["run", FUSION, "--trace", "traces/ratio_1_1_32.csv", "--mode",
+                            "analytic", "-q", "--out", tmp_path / "out"], capsys)
+    assert code == 0, err
 
 
 def test_the_summary_shows_a_small_kv_peak_and_no_empty_event_count(tmp_path, capsys):
