@@ -120,9 +120,9 @@ def _printer(quiet: bool):
     def show(probe) -> None:
         typer.echo(f"  rate_scale {probe.rate_scale:<10.5g} {probe.offered_requests_per_s:>10.4g} "
                    f"req/s  SLO met {100 * probe.slo_attainment:5.1f}% (TTFT "
-                   f"{100 * probe.slo_attainment_ttft:5.1f}%, TBT "
+                   f"{100 * probe.slo_attainment_ttft:5.1f}%, TPOT "
                    f"{100 * probe.slo_attainment_tbt:5.1f}%)  TTFT p90 "
-                   f"{_ms(probe.ttft_ms_p90, 8)}  TBT {_ms(probe.tbt_ms_mean, 7)}  "
+                   f"{_ms(probe.ttft_ms_p90, 8)}  TBT mean {_ms(probe.tbt_ms_mean, 7)}  "
                    f"{'meets' if probe.meets_target else 'misses'}"
                    + (f"  ({probe.requests_rejected} rejected)" if probe.requests_rejected else ""))
     return show

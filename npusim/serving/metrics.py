@@ -149,6 +149,10 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     # Each threshold alone (shares of all requests): which side of the SLO is missed.
     metrics["slo_attainment_ttft"] = sum(ttft_ok) / len(states) if states else 0.0
     metrics["slo_attainment_tbt"] = sum(tbt_ok) / len(states) if states else 0.0
+    # the thresholds applied (the defaults when the scenario gives none), so a row of a
+    # sweep says which SLO its attainment is against
+    metrics["slo_ttft_ms"] = float(slo.ttft_ms)
+    metrics["slo_tbt_ms"] = float(slo.tbt_ms)
     priorities = sorted({s.request.priority for s in states})
     if len(priorities) > 1:  # a trace with priority classes: how each fared
         metrics["by_priority"] = {

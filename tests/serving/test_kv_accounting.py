@@ -135,6 +135,8 @@ def test_rates_count_from_the_first_arrival_and_rejections_miss_the_slo(tmp_path
                                         "workload.slo.ttft_ms=1"]).metrics
     assert tight["slo_attainment_ttft"] == tight["slo_attainment"] == 0.0
     assert tight["slo_attainment_tbt"] == 1.0
+    # the thresholds applied are recorded beside the shares they were checked against
+    assert (tight["slo_ttft_ms"], tight["slo_tbt_ms"]) == (1.0, base["slo_tbt_ms"])
 
 
 def test_kv_blocks_round_each_reservation_up_and_leave_less_room():
