@@ -157,7 +157,8 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
     """Assemble a Result from a finished session (shared by every workload driver)."""
     unit_stats = session.unit_stats()
     metrics = _metrics(latency_ps, unit_stats, info, session.memo, session.events,
-                       session.transactions, segments, session.mode, scenario.name)
+                       session.transactions, segments, session.mode, scenario.name,
+                       levels=sorted({_level(name) for name in session.device.parts}))
     metrics.update(peak_utilisation(session.device, unit_stats, latency_ps))
     metrics["busy_by_op_ps"] = dict(sorted(session.busy_by_op.items()))
     metrics["trace_segments"] = len(set(session.columns["segment"]))
@@ -225,8 +226,10 @@ def peak_utilisation(device, unit_stats: dict[str, dict[str, int]], latency_ps: 
 
 def _metrics(latency_ps: int, unit_stats: dict[str, dict[str, int]], info: dict[str, Any],
              memo: SegmentMemo, events: int, transactions: int, segments: int, mode: str,
-             name: str) -> dict[str, Any]:
-    bytes_by_level: dict[str, int] = defaultdict(int)
+             name: str, levels: Iterable[str] = ()) -> dict[str, Any]:
+    # every level of the device, 0 where nothing moved (a serving run that rejected
+    # every request ran no segment: its sweep row keeps the columns)
+    bytes_by_level: dict[str, int] = defaultdict(int, {level: 0 for level in levels})
     busy: dict[str, int] = {}
     for unit, stats in unit_stats.items():
         if ".link" in unit:

@@ -84,6 +84,12 @@ def test_the_batches_plot_names_what_is_missing_or_damaged(tmp_path, capsys):
              "0.5}, prompt: 60000000, output: 4, num_requests: 2}", "--out", str(rejected),
              "--quiet"], capsys)
     assert (rejected / "iterations.csv").read_text().startswith("iteration,replica,role,")
+    # the memory levels are still there, at 0 (bytes_by_level was {}: a KeyError in
+    # Python, lost columns in a sweep)
+    import json
+
+    moved = json.loads((rejected / "metrics.json").read_text())["bytes_by_level"]
+    assert moved == {"hbm": 0, "noc": 0, "sa": 0, "sram": 0, "vec": 0}
     with pytest.raises(AnalysisError, match="launched no micro-batch"):
         plot_serving_timeline(rejected)
     (out / "iterations.csv").write_text("iteration,replica\n0,0\n")
