@@ -40,7 +40,8 @@ def real_number(text: Any) -> float:
 def hw_option() -> Any:
     """``--hw FILE``, as ``run`` and ``capacity`` take it."""
     return typer.Option(None, "--hw", metavar="FILE",
-                        help="Replace the scenario's hardware with this YAML.")
+                        help="Replace the scenario's hardware with this YAML file (or a "
+                             "shipped preset: npu/small_core_256).")
 
 
 def set_option() -> Any:

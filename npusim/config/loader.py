@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from npusim.config.overrides import (OVERRIDE_MARK, apply_override, describe_input,
                                      format_path, join_path, override_list, parse_override,
                                      with_override_notes)
-from npusim.config.presets import is_preset_file, load_preset, locate, read_yaml
+from npusim.config.presets import hwconfig_root, is_preset_file, load_preset, locate, read_yaml
 from npusim.core.errors import ConfigError
 
 _MAX_PRESET_DEPTH = 16
@@ -267,7 +267,15 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
                                         "base: scenario with `npusim run`")])
     anchor_files(data, Path(path).resolve().parent)
     if hw_file is not None:
-        hw = read_yaml(locate(hw_file))
+        # a shipped preset's name (npu/small_core_256) where no file of that name exists
+        preset = (not locate(hw_file).exists() and not is_preset_file(str(hw_file))
+                  and (hwconfig_root() / f"{hw_file}.yaml").is_file())
+        if not preset and not locate(hw_file).exists():
+            raise ConfigError(str(hw_file), [("", "file not found, nor a shipped preset of that "
+                                                  "name; expected a hardware YAML file or a "
+                                                  "preset name such as npu/large_core_64 "
+                                                  "(npusim list shows them)")])
+        hw = {"preset": str(hw_file)} if preset else read_yaml(locate(hw_file))
         if not isinstance(hw, dict):
             raise ConfigError(str(hw_file), [("", "expected a hardware mapping (kind: npu, ... "
                                                   f"or preset: NAME), got {describe_input(hw)}")])

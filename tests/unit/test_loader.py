@@ -245,6 +245,16 @@ def test_a_preset_of_another_category_or_a_scenario_as_hw_is_one_problem(tmp_pat
                                         "holds (kind: npu, ... or preset: npu/NAME)")]
 
 
+def test_hw_may_name_a_shipped_preset(tmp_path, monkeypatch):
+    # --hw npu/small_core_256 was "file not found"
+    monkeypatch.chdir(tmp_path)
+    quickstart = REPO_ROOT / "workloads/scenarios/quickstart.yaml"
+    data = loader.load_raw(quickstart, hw_file="npu/small_core_256")
+    assert data["hw"]["name"] == "small_core_256"
+    with pytest.raises(ConfigError, match="file not found, nor a shipped preset of that name"):
+        loader.load_raw(quickstart, hw_file="npu/no_such_chip")
+
+
 def test_errors_in_a_hw_file_name_that_file_and_its_own_field_paths(tmp_path):
     hw = tmp_path / "hw.yaml"
     hw.write_text("preset: npu/large_core_64\ncore: 5\n")
