@@ -71,6 +71,17 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> A
     return {key: resolve_presets(value, source, join_path(path, key), depth) for key, value in data.items()}
 
 
+def _nested_homes(owner: type[BaseModel], key: str) -> list[str]:
+    """``block.key`` for each field of ``owner`` that is a block with a field ``key``."""
+    homes = []
+    for name, info in owner.model_fields.items():
+        for arg in (info.annotation, *get_args(info.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel) and key in arg.model_fields:
+                homes.append(f"{name}.{key}")
+                break
+    return homes
+
+
 def _model_at(model: Any, loc: tuple) -> type[BaseModel] | None:
     """Best-effort: the pydantic model class reached by following ``loc`` from ``model``."""
 
@@ -145,6 +156,11 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
                 kind_name, others = siblings
                 hint = (f" for kind: {kind_name}; {', '.join(others)} "
                         f"{'takes' if len(others) == 1 else 'take'} it")
+                homes = _nested_homes(owner, key)
+                if homes:  # serving's tp is pd.tp: name where this kind has it
+                    prefix = format_path(parts[:-1])
+                    hint += (f"; kind: {kind_name} has it as "
+                             f"{' or '.join(f'{prefix}.{home}' for home in homes)}")
             message = f"unknown key{hint}{listing}"
         elif kind == "missing":
             message = "required field is missing"

@@ -323,3 +323,13 @@ def test_running_a_sweep_spec_as_a_scenario_says_what_it_is():
     with pytest.raises(ConfigError, match=r"looks like a sweep spec .* `npusim sweep`") as info:
         loader.load_scenario(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml")
     assert len(info.value.problems) == 1
+
+
+def test_a_key_another_kind_takes_names_where_this_kind_keeps_it():
+    # workload.tp on a serving scenario said only "llm takes it"
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml",
+                             ["workload.tp=4"])
+    (path, message), = info.value.problems
+    assert path == "workload.tp"
+    assert "llm takes it; kind: serving has it as workload.pd.tp (known keys" in message
