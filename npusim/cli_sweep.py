@@ -205,6 +205,11 @@ def plot(
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
         is_run = (source / "ops.csv").is_file()
+        if kind != "capacity" and (source / "capacity.csv").is_file() and not is_run \
+                and not (source / "manifest.json").is_file():
+            raise NpusimError(f"{source}: a capacity search's directory (capacity.csv); it "
+                              "plots with --kind capacity (a request-latency CDF needs a run "
+                              "directory: npusim run SCENARIO --out DIR)")
         if kind == "capacity":
             figure = analysis.plot_capacity(source)
         elif kind == "batches":

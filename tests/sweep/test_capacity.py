@@ -439,6 +439,12 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
         main(["plot", str(out), "--kind", "capacity"])
     assert (info.value.code or 0) == 0, capsys.readouterr().err
     assert (out / "plot-capacity.png").stat().st_size > 10_000
+    # another kind says what this directory is (it said "not a sweep output directory")
+    with pytest.raises(SystemExit) as info:
+        main(["plot", str(out), "--kind", "cdf"])
+    assert info.value.code == 2
+    assert "a capacity search's directory (capacity.csv); it plots with --kind capacity" \
+        in capsys.readouterr().err
 
 
 @pytest.mark.unit
