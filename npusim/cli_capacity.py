@@ -92,6 +92,10 @@ def capacity(
             raise name_option_origins(with_source(exc, str(scenario)), origins, hw) from None
         found.write(out_dir)
         best = found.best
+        # which SLO: the scenario's, or the defaults when it gives none
+        typer.echo(f"SLO: TTFT <= {found.slo['ttft_ms']:g} ms and TPOT <= "
+                   f"{found.slo['tbt_ms']:g} ms (workload.slo), for {100 * attainment:g}% "
+                   "of the requests")
         if found.status == "found":
             typer.echo(f"capacity: {best.offered_requests_per_s:.4g} req/s meets the SLO for "
                        f"{100 * best.slo_attainment:.1f}% of the requests (target "

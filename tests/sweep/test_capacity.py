@@ -414,6 +414,9 @@ def test_the_capacity_command_finds_and_writes_a_real_capacity(tmp_path, capsys)
     captured = capsys.readouterr()
     assert (info.value.code or 0) == 0, captured.err
     assert "capacity: " in captured.out and "rate_scale 1 " in captured.out
+    # the SLO searched against, defaults included (it went unsaid)
+    assert "SLO: TTFT <= 38 ms and TPOT <= 200 ms (workload.slo), for 90% of the requests" \
+        in captured.out
     found = json.loads((out / "capacity.json").read_text())
     table = (out / "capacity.csv").read_text().splitlines()
     assert len(table) == 1 + len(found["probes"]) <= 9
