@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from npusim.core.errors import NpusimError
+from npusim.core.json_keys import natural_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -334,19 +335,26 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     ops = check_times(ops.copy(), {"start_ps": False, "end_ps": False}, "ops table")
     ops = ops[(ops["end_ps"] > ops["start_ps"]) & (ops["unit"].astype(str) != "")]
     if units is not None:
+        import fnmatch
+
         units = [units] if isinstance(units, str) else list(units)  # one name, not its letters
         known = set(ops["unit"].astype(str))
-        missing = [u for u in units if u not in known]
+        # names or glob patterns: "*.sa" every systolic array, "core1?.*" cores 10-19
+        chosen = {unit: [k for k in known if fnmatch.fnmatchcase(k, str(unit))] for unit in units}
+        missing = [u for u, matched in chosen.items() if not matched]
         if missing and known:
-            raise AnalysisError(f"units: no unit {missing[0]!r} in the ops table; units: "
-                                f"{', '.join(sorted(known)[:8])}{', ...' if len(known) > 8 else ''}")
-        ops = ops[ops["unit"].isin(units)]
+            shown = sorted(known, key=natural_key)
+            raise AnalysisError(f"units: no unit matches {missing[0]!r} in the ops table "
+                                f"(names or glob patterns such as '*.sa'); units: "
+                                f"{', '.join(shown[:8])}{', ...' if len(shown) > 8 else ''}")
+        ops = ops[ops["unit"].isin({k for matched in chosen.values() for k in matched})]
     if ops.empty:
         raise AnalysisError("no timed tasks to plot (was the run traced? run.trace=true)")
     start, end = int(ops["start_ps"].min()), int(ops["end_ps"].max())
     edges = np.linspace(start, end, bins + 1)
     rows = {}
-    for unit, group in ops.groupby("unit", sort=True):
+    for unit, group in sorted(ops.groupby("unit", sort=False),
+                              key=lambda item: natural_key(str(item[0]))):
         busy = np.zeros(bins)
         for lo, hi in _merged(group["start_ps"].to_numpy(), group["end_ps"].to_numpy()):
             overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)

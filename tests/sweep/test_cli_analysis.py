@@ -419,8 +419,11 @@ def test_cdf_and_timeline_arguments_are_used_or_rejected():
     assert figure.axes[0].get_title() == "CDF of e2e_ps"
     one = analysis.utilisation_timeline(gemm, units="core0.sa")[0]  # a name, not its letters
     assert list(one.index) == ["core0.sa"]
-    with pytest.raises(analysis.AnalysisError, match="units: no unit 'nope'"):
+    with pytest.raises(analysis.AnalysisError, match="units: no unit matches 'nope'"):
         analysis.utilisation_timeline(gemm, units=["nope"])
+    # glob patterns pick a level; rows come in natural order (core1, core8, not core10 first)
+    arrays = analysis.utilisation_timeline(gemm, units="*.sa")[0]
+    assert list(arrays.index) == ["core0.sa", "core1.sa", "core8.sa", "core9.sa"]
 
 
 def test_a_sweep_with_failed_points_writes_every_row_and_exits_1(tmp_path, capsys):
