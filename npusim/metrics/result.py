@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 SEGMENT_COLUMNS = ("segment", "label", "start_ps", "end_ps", "memo_hit")
 OP_COLUMNS = ("segment", "label", "task", "name", "op", "type", "unit", "start_ps", "end_ps",
               "duration_ps", "flops", "bytes")
+_OP_TEXT = ("label", "name", "op", "type", "unit")
 
 
 class NoSuchTable(NpusimError, KeyError):
@@ -126,7 +127,11 @@ class Result:
         """One row per executed task (segment, name, unit, start/end/duration in ps…)."""
         import pandas as pd
 
-        return pd.DataFrame(self.op_columns, columns=list(OP_COLUMNS))
+        frame = pd.DataFrame(self.op_columns, columns=list(OP_COLUMNS))
+        if frame.empty:  # an untraced run: the dtypes a traced one has, not float64
+            frame = frame.astype({name: str if name in _OP_TEXT else "int64"
+                                  for name in OP_COLUMNS})
+        return frame
 
     @property
     def units(self) -> "pd.DataFrame":

@@ -67,6 +67,13 @@ def test_same_config_gives_an_equal_result_whatever_the_wall_time():
     assert first != simulate(QUICKSTART, mode="analytic", overrides=["workload.m=128"])
 
 
+def test_an_untraced_runs_empty_ops_table_has_the_traced_dtypes():
+    # every column was float64, text ones included
+    traced = simulate(QUICKSTART, mode="analytic").ops
+    untraced = simulate(QUICKSTART, mode="analytic", overrides=["run.trace=false"]).ops
+    assert untraced.empty and untraced.dtypes.astype(str).equals(traced.dtypes.astype(str))
+
+
 def test_same_config_gives_byte_identical_metrics(tmp_path):
     first = simulate(QUICKSTART).write(tmp_path / "a")
     second = simulate(QUICKSTART).write(tmp_path / "b")
