@@ -165,6 +165,15 @@ class Result:
                                              "flops": cols["flops"][i], "bytes": cols["bytes"][i]}))
         return build_trace(rows)
 
+    @classmethod
+    def read(cls, out_dir: str | Path) -> "Result":
+        """The run ``npusim run --out DIR`` (or :meth:`write`) wrote in ``out_dir``, with
+        its metrics, tables and plots as a fresh Result has them
+        (:mod:`npusim.metrics.result_reader`)."""
+        from npusim.metrics.result_reader import read_result
+
+        return read_result(out_dir)
+
     def write(self, out_dir: str | Path) -> Path:
         """Write metrics.json, ops.csv, segments.csv, units.csv, trace.json,
         config.resolved.yaml and host.json into ``out_dir``, plus one CSV per extra

@@ -67,6 +67,35 @@ def test_same_config_gives_an_equal_result_whatever_the_wall_time():
     assert first != simulate(QUICKSTART, mode="analytic", overrides=["workload.m=128"])
 
 
+@pytest.mark.parametrize("scenario, overrides", [
+    ("quickstart.yaml", []),
+    ("qwen3_4b_npu64_pd_fusion.yaml", ["workload.trace.limit=3", "run.trace=true"])])
+def test_a_written_run_reads_back_as_the_same_result(tmp_path, scenario, overrides):
+    # a run directory could be plotted but not reloaded as a Result
+    from npusim.metrics.result import Result
+
+    result = simulate(REPO_ROOT / "workloads/scenarios" / scenario, mode="analytic",
+                      overrides=overrides)
+    again = Result.read(result.write(tmp_path / "run"))
+    assert again.metrics == result.metrics and again.config == result.config
+    assert again.ops.equals(result.ops) and again.units.equals(result.units)
+    assert again.segments.equals(result.segments) and again.host == result.host
+    assert sorted(again.tables) == sorted(result.tables)
+    for name in result.tables:
+        assert again.table(name).equals(result.table(name)), name
+
+
+def test_reading_a_directory_that_holds_no_run_names_what_is_missing(tmp_path):
+    from npusim.core.errors import OutputError
+    from npusim.metrics.result import Result
+
+    with pytest.raises(OutputError, match=r"no such directory"):
+        Result.read(tmp_path / "absent")
+    (tmp_path / "metrics.json").write_text("{}")
+    with pytest.raises(OutputError, match=r"no ops.csv, units.csv, config.resolved.yaml"):
+        Result.read(tmp_path)
+
+
 def test_an_untraced_runs_empty_ops_table_has_the_traced_dtypes():
     # every column was float64, text ones included
     traced = simulate(QUICKSTART, mode="analytic").ops

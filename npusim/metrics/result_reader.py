@@ -1,0 +1,95 @@
+"""A run directory read back as a :class:`~npusim.metrics.result.Result`
+(:meth:`Result.read`): what ``npusim run --out DIR`` or :meth:`Result.write` wrote.
+
+The metrics, configuration, host facts, per-task, per-segment and extra tables come back
+as written; the per-unit counters come from ``units.csv``, where a counter only some
+parts have is 0 on the others (so ``units`` matches, ``unit_stats`` lists those zeros).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from npusim.core.errors import OutputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from npusim.metrics.result import Result
+
+#: What a run directory must hold to be read back.
+_REQUIRED = ("metrics.json", "ops.csv", "units.csv", "config.resolved.yaml")
+#: Extra tables a serving run writes beside the others.
+_EXTRA_TABLES = ("requests", "iterations")
+
+
+def read_result(out_dir: str | Path) -> "Result":
+    """The run written in ``out_dir``; :class:`OutputError` naming what is missing or
+    damaged."""
+    import yaml
+
+    from npusim.analysis.frames import AnalysisError, iteration_table, read_table, request_table
+    from npusim.metrics.result import OP_COLUMNS, SEGMENT_COLUMNS, Result
+
+    root = Path(out_dir)
+    if not root.is_dir():
+        raise OutputError(f"{root}: no such directory; expected a run directory "
+                          "(npusim run --out DIR)")
+    missing = [name for name in _REQUIRED if not (root / name).is_file()]
+    if missing:
+        raise OutputError(f"{root}: no {', '.join(missing)}; expected a run directory "
+                          "(npusim run --out DIR writes them)")
+    try:
+        metrics = json.loads((root / "metrics.json").read_text())
+        config = yaml.safe_load((root / "config.resolved.yaml").read_text())
+        host_file = root / "host.json"
+        host = json.loads(host_file.read_text()) if host_file.is_file() else {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise OutputError(f"{root}: cannot read the run back ({exc})") from None
+    if not isinstance(metrics, dict) or not isinstance(config, dict):
+        raise OutputError(f"{root}: metrics.json and config.resolved.yaml must each hold a "
+                          "mapping")
+    try:
+        ops = read_table(root / "ops.csv", "ops table", "task")
+        units = read_table(root / "units.csv", "per-unit table", "unit", required=("unit",))
+        segments = (read_table(root / "segments.csv", "segment table", "segment")
+                    if (root / "segments.csv").is_file() else None)
+        # as the analysis helpers read them: text columns stay text when all empty
+        readers = {"requests": request_table, "iterations": iteration_table}
+        tables = {name: readers[name](root) for name in _EXTRA_TABLES
+                  if (root / f"{name}.csv").is_file()}
+    except AnalysisError as exc:
+        raise OutputError(str(exc)) from None
+    op_columns = {name: _plain(ops[name]) if name in ops else [] for name in OP_COLUMNS}
+    unit_stats = {str(row.pop("unit")): {k: v for k, v in row.items() if k != "utilisation"}
+                  for row in _rows(units)}
+    segment_rows = ([] if segments is None else
+                    [tuple(row[c] for c in SEGMENT_COLUMNS) for row in _rows(segments)])
+    return Result(metrics=metrics, op_columns=op_columns, unit_stats=unit_stats,
+                  config=config, host=host, segment_rows=segment_rows,
+                  tables={name: _rows(frame) for name, frame in tables.items()})
+
+
+def _plain(values: "pd.Series") -> list:
+    """A column as Python values (int, float, str, None for an empty cell)."""
+    return [_value(v) for v in values.tolist()]
+
+
+def _rows(frame: "pd.DataFrame") -> list[dict[str, Any]]:
+    return [{k: _value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _value(value: Any) -> Any:
+    """numpy and pandas scalars as Python ones; a missing value as None."""
+    if value is None:
+        return None
+    try:
+        import pandas as pd
+
+        if pd.isna(value):
+            return None
+    except (TypeError, ValueError):
+        return value
+    return value.item() if hasattr(value, "item") else value
