@@ -22,7 +22,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from npusim.core.console import console
 from npusim.core.errors import NpusimError
@@ -333,18 +333,29 @@ def check_scheduler(address: str, *, flags: bool = True) -> None:
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: str = "local",
               workers: int | None = None, scheduler: str | None = None,
               retry_failed: bool = False, progress: bool = False,
-              on_row: Callable[[dict], None] | None = None) -> SweepSummary:
+              on_row: Callable[[dict], None] | None = None,
+              overrides: Iterable[str] = (), mode: str | None = None) -> SweepSummary:
     """Run every point of ``spec`` not yet in ``out_dir``'s store; return a summary.
 
     Re-running with the same spec resumes: points whose key (config hash + parameters)
     is already stored are skipped (failed ones too, unless ``retry_failed``).  The
     store is compacted at the end.  ``on_row`` is called with each row as it is stored.
+    ``overrides`` (``path=value`` texts) and ``mode`` apply to every point after the
+    spec's own ``set:``, as ``npusim sweep --set/--mode`` do.
     """
+    from npusim.api import check_mode
+    from npusim.config.overrides import override_list
+
     check_options(executor, workers, scheduler)
+    check_mode(mode, "mode")
+    extra = [*override_list(overrides), *([f"run.mode={mode}"] if mode is not None else [])]
     if isinstance(spec, Mapping):  # the spec's YAML as a mapping, as simulate() takes one
-        spec = spec_from_dict(spec)
+        spec = spec_from_dict(spec, extra_set=extra)
     elif isinstance(spec, (str, os.PathLike)):
-        spec = load_spec(spec)
+        spec = load_spec(spec, extra)
+    elif isinstance(spec, SweepSpec) and extra:
+        raise NpusimError("overrides/mode: a checked SweepSpec is final; pass the spec as a "
+                          "path or mapping to add them (or load_spec(path, extra_set))")
     elif not isinstance(spec, SweepSpec):
         raise NpusimError(f"spec: got {type(spec).__name__}; expected a sweep spec path, a "
                           "mapping (as the YAML reads) or a SweepSpec from load_spec / "

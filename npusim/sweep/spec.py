@@ -204,19 +204,29 @@ def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> 
     source = str(path)
     path = locate(path)
     data = read_yaml(path)
+    return spec_from_dict(data, source=source, root=path.parent, default_name=path.stem,
+                          extra_set=extra_set)
+
+
+def _with_extra_set(data: Any, extra_set: list[str] | tuple[str, ...]) -> Any:
+    """``data`` with ``extra_set`` appended to its ``set:`` (a ``set:`` of another type
+    stays as written: its own error names it)."""
     given = data.get("set") if isinstance(data, Mapping) else None
-    if extra_set and (given is None or isinstance(given, (list, Mapping))):
-        # (a set: of another type stays as written: its own error names it)
-        if isinstance(given, Mapping):
-            given = [format_override(str(p), v) for p, v in given.items()]
-        data = {**data, "set": [*(given or []), *extra_set]}
-    return spec_from_dict(data, source=source, root=path.parent, default_name=path.stem)
+    if not extra_set or not (given is None or isinstance(given, (list, Mapping))):
+        return data
+    if isinstance(given, Mapping):
+        given = [format_override(str(p), v) for p, v in given.items()]
+    return {**data, "set": [*(given or []), *extra_set]}
 
 
 def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None = None,
-                   default_name: str = "sweep") -> SweepSpec:
+                   default_name: str = "sweep",
+                   extra_set: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     """Check a sweep spec given as a mapping; relative ``base`` paths resolve against
-    ``root`` (default: the working directory), then the ``workloads/`` folder."""
+    ``root`` (default: the working directory), then the ``workloads/`` folder.
+    ``extra_set`` (``path=value`` texts) are appended to its ``set:``, as
+    :func:`load_spec` does."""
+    data = _with_extra_set(data, extra_set)
     problems: list[tuple[str, str]] = []
 
     def bad(where: str, message: str) -> None:

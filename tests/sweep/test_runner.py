@@ -269,3 +269,24 @@ def test_a_capacity_sweep_takes_no_metrics_patterns():
     with pytest.raises(ConfigError, match="a capacity sweep stores its search"):
         spec_from_dict({"base": disagg, "capacity": {}, "metrics": ["ttft_ms_p90"],
                         "axes": [{"grid": {"workload.pd.tp": [7]}}]}, "cap.yaml")
+
+
+def test_run_sweep_takes_overrides_and_a_mode_as_the_cli_does(tmp_path):
+    # notebooks had to splice --set/--mode into the spec's set: by hand
+    spec = {"name": "m", "base": str(REPO_ROOT / "workloads/scenarios/quickstart.yaml"),
+            "axes": {"workload.m": [64, 128]}}
+    summary = run_sweep(spec, tmp_path / "a", executor="serial", mode="analytic",
+                        overrides=["workload.tile_n=256"])
+    frame = load_results(summary.out_dir)
+    assert list(frame["status"]) == ["ok", "ok"]
+    from npusim.sweep.spec import spec_from_dict as checked
+
+    built = checked(spec, extra_set=["run.mode=analytic", "workload.tile_n=256"])
+    assert all(p.config["run"]["mode"] == "analytic" and p.config["workload"]["tile_n"] == 256
+               for p in built.points())
+    from npusim.core.errors import ConfigError, NpusimError
+
+    with pytest.raises(ConfigError, match="mode"):
+        run_sweep(spec, tmp_path / "b", mode="fast")
+    with pytest.raises(NpusimError, match="a checked SweepSpec is final"):
+        run_sweep(built, tmp_path / "c", mode="analytic")
