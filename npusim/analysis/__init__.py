@@ -18,10 +18,10 @@ __all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_sample
 
 _HOMES = {"load_sweep": "sweep_results", "pareto_front": "frames", "utilisation_timeline": "frames",
           "latency_samples": "frames", "request_table": "frames", "AnalysisError": "frames",
-          "iteration_table": "frames", "plot_serving_timeline": "plots",
-          "capacity_probes": "frames", "plot_capacity": "plots",
+          "iteration_table": "frames", "plot_serving_timeline": "run_plots",
+          "capacity_probes": "frames", "plot_capacity": "run_plots",
           "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
-          "plot_latency_cdf": "plots", "plot_utilisation_timeline": "plots",
+          "plot_latency_cdf": "plots", "plot_utilisation_timeline": "run_plots",
           "save_figure": "plots", "new_figure": "plots", "token_table": "tokens"}
 
 

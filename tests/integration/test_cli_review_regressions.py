@@ -339,7 +339,7 @@ def test_the_summary_shows_a_small_kv_peak_and_no_empty_event_count(tmp_path, ca
 
 def test_a_trace_cut_by_its_task_cap_is_said(tmp_path, capsys):
     # the timeline of a traced serving run ended at 0.4 s of 6.75 s without a word
-    from npusim.analysis.plots import plot_utilisation_timeline
+    from npusim.analysis.run_plots import plot_utilisation_timeline
 
     code, _, err = run_cli(["run", FUSION, "-q", "--mode", "analytic", "--set", "run.trace=true",
                             "--set", "run.trace_max_tasks=20000", "--set",

@@ -102,7 +102,7 @@ def test_requests_in_flight_add_up_the_micro_batches_under_way():
     # replica holds under way instead of a band between the two sizes, and 0 when idle.
     import pandas as pd
 
-    from npusim.analysis.plots import _in_flight
+    from npusim.analysis.run_plots import _in_flight
 
     rows = pd.DataFrame({"start_ps": [0, 2, 10, 30], "end_ps": [10, 12, 20, 40],
                          "requests": [4, 1, 3, 2]})

@@ -458,7 +458,7 @@ def test_the_capacity_plot_draws_a_result_and_names_a_damaged_summary(tmp_path, 
     found = find_capacity(DISAGG, max_probes=8)
     figure = analysis.plot_capacity(found)
     top = figure.axes[0]
-    assert "TTFT <= 2000 ms, mean TBT <= 200 ms" in top.get_title()  # the scenario's SLO
+    assert "TTFT <= 2000 ms, TPOT <= 200 ms" in top.get_title()  # the scenario's SLO
     assert any("capacity" in text.get_text() for text in top.texts)
     found.write(tmp_path)
     (tmp_path / "capacity.json").write_text('{"target_attainment": "high"}')
