@@ -35,11 +35,13 @@ from typing import Any, Mapping
 
 from npusim.core.errors import ConfigError
 from npusim.sweep import expr
-from npusim.sweep.axes import Axis, check_name, parse_axes
+from npusim.sweep.axes import Axis, parse_axes
 from npusim.sweep.capacity import DEFAULTS as CAPACITY_DEFAULTS
 from npusim.sweep.paths import (MISSING, config_hash, format_override, get_path,
                                 input_file_digests)
-from npusim.sweep.spec_paths import base_defaults, check_paths, set_path
+from npusim.sweep.spec_paths import base_defaults, check_paths
+from npusim.sweep.spec_sections import (_check_each_path_set_once, _parse_constraints,
+                                        _parse_derived, _parse_set)
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
              "on_invalid", "capacity", "metrics")
@@ -394,119 +396,3 @@ def _load_base(value: Any, source: str, root: Path) -> tuple[dict, str]:
                                     "expected a scenario YAML file")])
     looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
     raise ConfigError(source, [("base", f"scenario file {value!r} not found (looked in {looked})")])
-
-
-def _parse_set(value: Any, bad) -> list[str]:
-    """``set:`` as ``path=value`` overrides; each path is checked here so a malformed one
-    is reported as ``set.PATH`` of the spec, not as a problem of the base scenario."""
-    if value is None:
-        return []
-    if isinstance(value, Mapping):
-        return [format_override(str(p), v) for p, v in value.items()
-                if check_name(p, f"set.{p}", bad)]
-    if isinstance(value, list) and all(isinstance(v, str) and "=" in v for v in value):
-        return [text for i, text in enumerate(value)
-                if check_name(set_path(text), f"set[{i}]", bad)]
-    bad("set", f"expected a mapping path: value or a list of 'path=value', got {value!r}")
-    return []
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    """``repr(text)``, cut short: an expression rejected for its length must not be
-    echoed whole (the fuzzed ones were 200,000 characters)."""
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}... ({len(text):,} characters)"
-
-
-def _within(path: str, other: str) -> bool:
-    """Whether ``path`` is ``other`` or a field inside it (``a.b`` and ``a[0]`` are in ``a``)."""
-    return path == other or path.startswith(other + ".") or path.startswith(other + "[")
-
-
-def _check_each_path_set_once(axes: list[Axis], derived: Mapping[str, Any], bad,
-                              fixed: list[str] = ()) -> None:
-    """A path swept by two blocks, or swept and derived, would keep only the last value
-    of each point: the other block's points collapse onto the same configs.  The same
-    holds for a path inside another (``hw.core.sram.capacity_bytes`` and
-    ``hw.core.sram``: whichever is applied last wins, so the rows would be mislabelled),
-    and for a ``set:`` path that a swept or derived one replaces (points apply ``set:``
-    first)."""
-    owner: dict[str, int] = {}
-    for index, axis in enumerate(axes):
-        for path in (axis.rows[0] if axis.rows else {}):
-            clash = next(((other, block) for other, block in owner.items()
-                          if _within(path, other) or _within(other, path)), None)
-            if path in owner:
-                bad(f"axes[{index}].{axis.kind}.{path}",
-                    f"already swept by axes[{owner[path]}]; sweep a path in one block "
-                    "(all its values in one list)")
-            elif clash is not None:
-                bad(f"axes[{index}].{axis.kind}.{path}",
-                    f"overlaps {clash[0]} swept by axes[{clash[1]}] (one holds the other): "
-                    "the later would override the earlier and mislabel the rows; sweep "
-                    "them in one block or sweep only one")
-            else:
-                owner[path] = index
-    for path in derived:
-        clash = next(((other, block) for other, block in owner.items()
-                      if _within(path, other) or _within(other, path)), None)
-        if clash is not None:
-            relation = "is" if clash[0] == path else f"overlaps {clash[0]},"
-            bad(f"derived.{path}", f"{relation} swept by axes[{clash[1]}]; a path is either "
-                                   "swept or derived, not both")
-    for index, text in enumerate(fixed):
-        path = text.split("=", 1)[0].strip()
-        replaced = [f"{other} (axes[{block}])" for other, block in owner.items()
-                    if _within(path, other)]
-        replaced += [f"{other} (derived)" for other in derived if _within(path, other)]
-        if replaced:
-            bad(f"set.{path}", f"the sweep also sets {replaced[0]}, which every point applies "
-                               "after set:, so this value would be silently replaced; "
-                               "remove it from set: (or from --set) or stop sweeping that path")
-
-
-def _parse_derived(value: Any, bad) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        bad("derived", f"expected a mapping of config path to a template, got {value!r}")
-        return {}
-    derived: dict[str, Any] = {}
-    for path, template in value.items():
-        where = f"derived.{path}"
-        if not check_name(path, where, bad):
-            continue
-        if isinstance(template, str) and expr.REF.search(template):
-            try:
-                expr.parse(template)
-            except expr.ExprError as exc:
-                if not exc.syntax:  # text templates ("${n}MiB") are fine, banned code is not
-                    bad(where, f"{exc} (got {_shown(template)})")
-                    continue
-        derived[str(path)] = template
-    return derived
-
-
-def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        bad("constraints", f"expected a list of {{require: EXPR, reason: TEXT}}, got {value!r}")
-        return []
-    constraints = []
-    for i, item in enumerate(value):
-        where = f"constraints[{i}]"
-        if isinstance(item, str):
-            item = {"require": item}
-        if not isinstance(item, Mapping) or not isinstance(item.get("require"), str) \
-                or set(item) - {"require", "reason"}:
-            bad(where, f"expected {{require: EXPR, reason: TEXT}}, got {item!r}")
-            continue
-        try:
-            expr.parse_condition(item["require"])
-        except expr.ExprError as exc:
-            bad(f"{where}.require", f"{exc} (got {_shown(item['require'])})")
-            continue
-        constraints.append((item["require"], str(item.get("reason") or f"constraint failed: {item['require']}")))
-    return constraints
