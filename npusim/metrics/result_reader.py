@@ -52,9 +52,11 @@ def read_result(out_dir: str | Path) -> "Result":
         raise OutputError(f"{root}: metrics.json and config.resolved.yaml must each hold a "
                           "mapping")
     try:
-        ops = read_table(root / "ops.csv", "ops table", "task")
+        # (a column missing from a hand-edited file: an error naming it, not a KeyError)
+        ops = read_table(root / "ops.csv", "ops table", "task", required=OP_COLUMNS)
         units = read_table(root / "units.csv", "per-unit table", "unit", required=("unit",))
-        segments = (read_table(root / "segments.csv", "segment table", "segment")
+        segments = (read_table(root / "segments.csv", "segment table", "segment",
+                               required=SEGMENT_COLUMNS)
                     if (root / "segments.csv").is_file() else None)
         # as the analysis helpers read them: text columns stay text when all empty
         readers = {"requests": request_table, "iterations": iteration_table}
@@ -62,7 +64,7 @@ def read_result(out_dir: str | Path) -> "Result":
                   if (root / f"{name}.csv").is_file()}
     except AnalysisError as exc:
         raise OutputError(str(exc)) from None
-    op_columns = {name: _plain(ops[name]) if name in ops else [] for name in OP_COLUMNS}
+    op_columns = {name: _plain(ops[name]) for name in OP_COLUMNS}
     unit_stats = {str(row.pop("unit")): {k: v for k, v in row.items() if k != "utilisation"}
                   for row in _rows(units)}
     segment_rows = ([] if segments is None else

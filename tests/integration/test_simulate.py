@@ -94,6 +94,10 @@ def test_reading_a_directory_that_holds_no_run_names_what_is_missing(tmp_path):
     (tmp_path / "metrics.json").write_text("{}")
     with pytest.raises(OutputError, match=r"no ops.csv, units.csv, config.resolved.yaml"):
         Result.read(tmp_path)
+    simulate(QUICKSTART, mode="analytic").write(tmp_path / "run")
+    (tmp_path / "run" / "segments.csv").write_text("segment,label\n0,x\n")
+    with pytest.raises(OutputError, match=r"segments.csv: no column 'start_ps'"):
+        Result.read(tmp_path / "run")
 
 
 def test_an_untraced_runs_empty_ops_table_has_the_traced_dtypes():
