@@ -203,12 +203,12 @@ def name_option_origins(exc: NpusimError, origins: list[tuple[str, str]],
     def named(path: str) -> bool:
         return re.search(rf"(?<![\w.]){re.escape(path)}(?![\w])", message) is not None
 
-    notes = [label for path, label in origins if named(path)]
+    named_paths = [(path, label) for path, label in origins if named(path)]
+    parts = [f"set by {'; '.join(dict.fromkeys(label for _, label in named_paths))}"] \
+        if named_paths else []
     if hw_file is not None and re.search(r"(?<![\w.])hw\.", message) \
-            and not any(path.startswith("hw.") and named(path) for path, _ in origins):
-        notes.append(f"hardware from --hw {hw_file}")
-    if notes:
-        labels = list(dict.fromkeys(notes))
-        first = "set by " if not labels[0].startswith("hardware") else ""
-        exc.args = (f"{message} ({first}{'; '.join(labels)})", *exc.args[1:])
+            and not any(path.startswith("hw.") for path, _ in named_paths):
+        parts.append(f"hardware from --hw {hw_file}")
+    if parts:
+        exc.args = (f"{message} ({'; '.join(parts)})", *exc.args[1:])
     return exc

@@ -138,9 +138,10 @@ def plot_metric(frame: "pd.DataFrame", x: str, y: str, hue: str | None = None,
         by_x = group.groupby(x, sort=True, dropna=False)[y]
         support.update(int(n) for n in by_x.size())
         line = by_x.mean()
-        xs = [float(v) / x_factor for v in line.index] if x_factor != 1.0 else \
-            list(line.index) if order is None else \
-            [len(order) - 1 if _is_null(v) else order.index(v) for v in line.index]
+        if order is not None:  # categories: positions 0, 1, ..., the null last
+            xs = [len(order) - 1 if _is_null(v) else order.index(v) for v in line.index]
+        else:
+            xs = [float(v) / x_factor if x_factor != 1.0 else v for v in line.index]
         ax.plot(xs, line.to_numpy(dtype=float) / factor, marker="o",
                 label=None if hue is None else f"{hue}={_tick(hue, value)}")
     if logx:

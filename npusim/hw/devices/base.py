@@ -316,9 +316,9 @@ class Device:
             return sum(self.stage_time_ps(stage, size, plan.pattern) for stage in plan.stages)
 
         rounds = -(-chunks // plan.max_outstanding)
+        full = trip(min(chunk, size_bytes))
         last_alone = (chunks - 1) % plan.max_outstanding == 0
-        last = trip(remainder) if remainder and last_alone else trip(min(chunk, size_bytes))
-        return (rounds - 1) * trip(min(chunk, size_bytes)) + last
+        return (rounds - 1) * full + (trip(remainder) if remainder and last_alone else full)
 
     def transfer_process(self, env: Any, task: TransferTask, seed: int = 0,
                          on_chunk: Callable[[int], None] | None = None) -> Generator:
