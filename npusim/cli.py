@@ -113,9 +113,11 @@ def _summary_table(result) -> None:
             if memory:
                 table.add_row(f"{replica['name']}: weights held in SRAM, least / most",
                               _least_most([stage["weights_in_sram_share"] for stage in memory]))
+                _working_set_row(table, memory, f"{replica['name']}: ")
     if metrics.get("memory_by_stage"):
         shares = [stage["weights_in_sram_share"] for stage in metrics["memory_by_stage"]]
         table.add_row("weights held in SRAM, least / most stage", _least_most(shares))
+        _working_set_row(table, metrics["memory_by_stage"], "")
     if metrics.get("tokens_per_s"):
         table.add_row("output tokens/s", f"{metrics['tokens_per_s']:,.1f}")
     if metrics.get("throughput_flops_per_s"):
@@ -150,6 +152,21 @@ def _summary_table(result) -> None:
     table.add_row("memo hits / misses", f"{memo['hits']} / {memo['misses']}")
     table.add_row("wall time", f"{result.host['wall_time_s']:.3f} s")
     console().print(table)
+
+
+def _working_set_row(table, memory: list[dict], prefix: str) -> None:
+    """A row when a stage's largest GEMM working set needs more SRAM buffers than its
+    plan reserved (``workload.sram_buffers: activations`` assumes the excess fits)."""
+    from npusim.core.units import format_bytes
+
+    over = [(stage["sram_buffer_working_set_bytes"], stage["sram_buffer_bytes"])
+            for stage in memory
+            if stage.get("sram_buffer_working_set_bytes", 0) > stage["sram_buffer_bytes"]]
+    if over:
+        exact, reserved = max(over)
+        table.add_row(f"{prefix}SRAM buffers: reserved / working set",
+                      f"{format_bytes(reserved)} / {format_bytes(exact)} "
+                      "(workload.sram_buffers)")
 
 
 def _least_most(shares: list[float]) -> str:

@@ -24,7 +24,7 @@ from npusim.hw.compute.systolic import MAX_ARRAY_SIDE
 from npusim.hw.memory.dram import MAX_CHANNELS
 from npusim.workload.llm import (LayerCounts, ModelMappingChecks, _named_part,
                                  layer_counts_problem, layers_per_stage_field, pool_stages,
-                                 stream_chunk_field, weight_tile_field)
+                                 sram_buffers_field, stream_chunk_field, weight_tile_field)
 from npusim.workload.trace_spec import TraceSpec
 
 
@@ -317,6 +317,7 @@ class ServingWorkloadConfig(ModelMappingChecks, PartConfig):
     slo: SloConfig = Field(default_factory=SloConfig, description="SLO thresholds for goodput.")
     weight_tile_bytes: Bytes = weight_tile_field()
     stream_chunk_bytes: Bytes = stream_chunk_field()
+    sram_buffers: Literal["activations", "working_set"] = sram_buffers_field()
 
     @field_validator("scheduler")
     @classmethod

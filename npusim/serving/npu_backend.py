@@ -427,7 +427,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         # Plan for the smallest useful KV (one token); requests that can never fit are
         # rejected one by one by the engine, with the reason.
         batch=1, total_len=1, weight_tile_bytes=config.weight_tile_bytes,
-        stream_chunk_bytes=config.stream_chunk_bytes)
+        stream_chunk_bytes=config.stream_chunk_bytes, partition=config.partition,
+        sram_buffers=config.sram_buffers)
     everyone = Group(tuple(core for group in groups for core in group.cores))
     ranges = stage_layers(model.num_hidden_layers, len(groups),
                           getattr(config.pd, layers_field(role)), f"workload.pd.{layers_field(role)}",

@@ -99,6 +99,21 @@ def weight_tile_field() -> Any:
                                             "and the grain of pipelined collectives.")
 
 
+def sram_buffers_field() -> Any:
+    """``sram_buffers`` of the workloads that plan each core's SRAM (NpuSim §4.2)."""
+    return Field(
+        "activations",
+        description="What each core's SRAM reserves before KV and weights. 'activations' "
+                    "(default, NpuSim §4.2's dedicated buffers): two activations of the "
+                    "largest width at 1/tp plus two weight tiles; the partition's own "
+                    "buffers (the K partition's replicated m x n output, the MN/MNK "
+                    "rotation's two blocks) are assumed to fit beside them (assumption). "
+                    "'working_set': the largest GEMM's whole per-core working set under "
+                    "the chosen partition (input and output slices plus rotation blocks) "
+                    "if larger: physically exact, so fewer weights stay in SRAM and a long "
+                    "prompt may need prefill chunks (docs/partition.md).")
+
+
 def stream_chunk_field() -> Any:
     """``stream_chunk_bytes`` of the workloads that stream a model's weights."""
     return Field(256 << 10, gt=0, description="Burst group of bulk sequential streams "
@@ -245,6 +260,7 @@ class LlmWorkloadConfig(ModelMappingChecks, PartConfig):
                              "most bucket/context of itself (documented approximation).")
     weight_tile_bytes: Bytes = weight_tile_field()
     stream_chunk_bytes: Bytes = stream_chunk_field()
+    sram_buffers: Literal["activations", "working_set"] = sram_buffers_field()
 
     @field_validator("expert_placement")
     @classmethod

@@ -17,7 +17,7 @@ DISAGG = "workloads/scenarios/qwen3_4b_npu64_pd_disagg.yaml"
 SHORT_LLM = ["run.mode=analytic", "run.trace=false", "workload.prompt_len=64",
              "workload.output_len=3"]
 KEYS = ["sram_buffer_bytes", "sram_kv_bytes", "sram_weight_bytes", "hbm_weight_bytes",
-        "weights_in_sram_share"]
+        "weights_in_sram_share", "sram_buffer_working_set_bytes"]
 
 
 def memory(sram: str, *more: str) -> list[dict]:

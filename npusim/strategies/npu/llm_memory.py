@@ -42,17 +42,25 @@ class StagePlan:
     sram_used_bytes: dict[str, int] = field(default_factory=dict)
     hbm_weight_bytes: int = 0        # per core
     kv_capacity_tokens: int = 0      # KV tokens (all sequences) SRAM blocks + HBM ring hold
+    #: SRAM buffers per core with ``sram_buffers: working_set`` (the activations or the
+    #: largest GEMM working set under the partition, whichever is larger, plus the tiles)
+    working_set_buffer_bytes: int = 0
 
     def summary(self) -> dict[str, int | float]:
         """What one core of the stage keeps where (bytes): SRAM taken by activation and
         tile buffers, KV blocks and resident weights, the weights streamed from HBM on
-        every use, and the share of the core's weights SRAM holds (1.0 with none)."""
+        every use, the share of the core's weights SRAM holds (1.0 with none), and the
+        buffers ``workload.sram_buffers: working_set`` reserves (the largest GEMM's
+        input, output and rotation buffers under the partition when larger than the
+        activations; above ``sram_buffer_bytes``, the default plan assumes the excess
+        fits beside the rest)."""
         weights = self.sram_used_bytes.get("weights", 0)
         total = weights + self.hbm_weight_bytes
         return {"sram_buffer_bytes": self.sram_used_bytes.get("buffers", 0),
                 "sram_kv_bytes": self.sram_used_bytes.get("kv", 0),
                 "sram_weight_bytes": weights, "hbm_weight_bytes": self.hbm_weight_bytes,
-                "weights_in_sram_share": weights / total if total else 1.0}
+                "weights_in_sram_share": weights / total if total else 1.0,
+                "sram_buffer_working_set_bytes": self.working_set_buffer_bytes}
 
     def kv_read_hbm_fraction(self, context_len: int) -> float:
         """Share of a read of ``context_len`` cached tokens that comes from HBM."""
@@ -99,6 +107,31 @@ def _largest_activation_bytes(model, config) -> int:
     return tokens * width * config.dtype_bytes
 
 
+def largest_working_set(model, config, layers: range, group, width: int, streamed: bool
+                        ) -> tuple[int, str]:
+    """``(bytes, GEMM name)`` of the largest per-core working set (input and output
+    slices plus the partition's buffers, :attr:`PartitionCost.working_set_bytes`) of a
+    linear layer in ``layers`` on ``group``, at the iteration's token count.  MoE experts
+    are not counted: they stream through the tile buffers.  ``streamed``: time the
+    weights as streamed from HBM (an upper bound when some are SRAM-resident, which the
+    plan decides after this)."""
+    from npusim.strategies.npu.partition import GemmSpec, get_partition
+
+    strategy = get_partition(config.partition)
+    tokens = (config.prefill_chunk or config.prompt_len) * config.batch
+    best, name = 0, ""
+    for layer in layers:
+        for op in layer_ops(model, [SequenceChunk(tokens, 0)], config.dtype_bytes, layer=layer):
+            if op.role not in ("linear", "router") or op.op.kind != "gemm":
+                continue
+            gemm = GemmSpec(op.name, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
+                            "hbm" if streamed else "sram", config.weight_tile_bytes)
+            size = strategy.cost(gemm, group, width).working_set_bytes
+            if size > best:
+                best, name = size, f"L{layer}.{op.name}"
+    return best, name
+
+
 def check_stream_sizes(config, sram_bytes: int) -> None:
     """The weight tiles (double-buffered) and a stream's burst group must fit a core's
     SRAM: a larger value would be a transfer into memory that does not exist (it was
@@ -117,6 +150,30 @@ def check_stream_sizes(config, sram_bytes: int) -> None:
             f"workload.stream_chunk_bytes = {format_bytes(config.stream_chunk_bytes)}: a burst "
             f"group larger than a core's SRAM ({format_bytes(sram_bytes)}); expected at most "
             "that (the default 256 KiB keeps the timing and simulates fast)")
+
+
+def _check_working_set(config, model, gemm: str, working: int, buffers: int,
+                       sram_bytes: int) -> None:
+    """A working set larger than a core's SRAM is an error that names the GEMM and
+    the settings that size it."""
+    if buffers <= sram_bytes:
+        return
+    from npusim.core.errors import MappingError
+    from npusim.core.units import format_bytes
+
+    kind = getattr(config.partition, "kind", config.partition)
+    tokens = (config.prefill_chunk or config.prompt_len) * config.batch
+    setting = getattr(config, "iteration_tokens_setting",
+                      "workload.prefill_chunk x batch (prefill_chunk 0: the whole prompt_len)")
+    raise MappingError(
+        f"{model.name}: with workload.sram_buffers = working_set, {gemm} under the {kind} "
+        f"partition needs {format_bytes(working)} per core (input, output and rotation "
+        f"buffers at {tokens} tokens) plus {STREAM_BUFFERS} weight tiles of "
+        f"{format_bytes(config.weight_tile_bytes)}, but a core has "
+        f"{format_bytes(sram_bytes)} of SRAM; expected fewer tokens per iteration ({setting} "
+        f"= {tokens}), another partition (workload.partition), a larger TP "
+        f"({getattr(config, 'tp_setting', 'workload.tp')}), more SRAM per core "
+        "(hw.core.sram.capacity_bytes) or workload.sram_buffers = activations")
 
 
 def plan_stages(device, model, config, layer_ranges: list[range], groups, all_cores,
@@ -139,8 +196,21 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
     lm_head = lm_head_ops(model, [SequenceChunk(1, 0)], config.dtype_bytes)[-1]
     lm_head_share = -(-lm_head.weight_bytes // used_cores)
 
-    buffers = (ACTIVATION_BUFFERS * -(-_largest_activation_bytes(model, config) // tp)
-               + STREAM_BUFFERS * config.weight_tile_bytes)
+    activations = ACTIVATION_BUFFERS * -(-_largest_activation_bytes(model, config) // tp)
+    buffers = activations + STREAM_BUFFERS * config.weight_tile_bytes
+    # Every stage's largest GEMM working set is reported; with sram_buffers:
+    # working_set it is also what the stage reserves when it exceeds the activations.
+    working_sets = [largest_working_set(model, config, layers, groups[index], hw.noc.width,
+                                        streamed=bool(hbm_bytes))
+                    for index, layers in enumerate(layer_ranges)]
+    exact_buffers = [max(activations, working) + STREAM_BUFFERS * config.weight_tile_bytes
+                     for working, _ in working_sets]
+    stage_buffers = [buffers] * len(layer_ranges)
+    if getattr(config, "sram_buffers", "activations") == "working_set":
+        for (working, gemm), exact in zip(working_sets, exact_buffers):
+            _check_working_set(config, model, gemm, working, exact, sram_bytes)
+        stage_buffers = exact_buffers
+        buffers = max(stage_buffers)
     if buffers > sram_bytes:  # per core: say what sizes them and what to change
         from npusim.core.errors import MappingError
         from npusim.core.units import format_bytes
@@ -186,7 +256,8 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
         core_plan = plan_core_memory(
             sram_capacity_bytes=sram_bytes, hbm_capacity_bytes=hbm_bytes,
             hbm_reserved_bytes=embedding, hbm_reserved_for="the embedding table",
-            buffer_bytes=buffers, weights=weights, kv_bytes_per_token=kv_per_token,
+            buffer_bytes=stage_buffers[index], weights=weights,
+            kv_bytes_per_token=kv_per_token,
             kv_sram_tokens=tokens if kv_sram_tokens is None else kv_sram_tokens,
             min_kv_tokens=tokens, core=groups[index].cores[0])
         resident = {name for name, _ in core_plan.sram_weights}
@@ -201,6 +272,7 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                              "kv": core_plan.kv_sram_bytes,
                              "weights": core_plan.sram_weight_bytes},
             hbm_weight_bytes=core_plan.hbm_weight_bytes,
+            working_set_buffer_bytes=exact_buffers[index],
             kv_capacity_tokens=core_plan.kv_sram_tokens
             + core_plan.hbm_kv_capacity_bytes // max(1, kv_per_token)))
     return plans

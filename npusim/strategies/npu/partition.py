@@ -47,7 +47,8 @@ from npusim.strategies.npu.placement import Group, ring_hops
 
 __all__ = ["GemmSpec", "PartitionCost", "PartitionStrategy", "get_partition", "split",
            "splits", "ceil_div", "tile_extents", "tile_extent", "Ports", "rotate_rings",
-           "ring_allreduce", "join_outputs", "max_ring_hops", "grid_of", "square_rows"]
+           "ring_allreduce", "join_outputs", "max_ring_hops", "grid_of", "square_rows",
+           "rotation_buffer_bytes"]
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,13 @@ class GemmSpec:
 class PartitionCost:
     """NpuSim Table 2 quantities for one core (bytes / hops).
 
-    ``input_bytes``, ``weight_bytes``, ``output_bytes``: the slices a core holds (receive
-    buffers not included); ``comm_bytes``: total bytes one core sends over the NoC during
-    the GEMM (exact when every split is even, else the largest core's, up to rounding);
-    ``max_hops``: the longest single ring step on the placement.
+    ``input_bytes``, ``weight_bytes``, ``output_bytes``: the slices a core holds;
+    ``buffer_bytes``: what the lowering holds besides them (the MN/MNK rotation's two
+    block buffers, and with ``rotate: input`` a streamed weight slice loaded whole; the
+    K partition's HBM tiles use the core's shared tile buffers and count 0 here);
+    ``comm_bytes``: total bytes one core sends over the NoC during the GEMM (exact when
+    every split is even, else the largest core's, up to rounding); ``max_hops``: the
+    longest single ring step on the placement.
     """
 
     input_bytes: int
@@ -118,6 +122,13 @@ class PartitionCost:
     output_bytes: int
     comm_bytes: int
     max_hops: int
+    buffer_bytes: int = 0
+
+    @property
+    def working_set_bytes(self) -> int:
+        """SRAM one core needs for the GEMM besides its weight slice: its input and
+        output slices and the lowering's buffers."""
+        return self.input_bytes + self.output_bytes + self.buffer_bytes
 
 
 class PartitionStrategy(Protocol):
@@ -303,6 +314,24 @@ class Ports:
         used = self.graph.tile_slots.setdefault(core, [])
         used.append(task)
         del used[:-2]
+
+
+def rotation_buffer_bytes(gemm: GemmSpec, ring_size: int, rotate: str, block_bytes: int,
+                          stationary_weight_bytes: int) -> int:
+    """SRAM :func:`rotate_rings` holds per core besides the input and output slices (at
+    most; tiles computed as they arrive hold less).
+
+    A ring of ``R`` members receives ``R - 1`` blocks of ``block_bytes``, two at a time
+    (a block arrives once the one two steps back has been used and forwarded).  A
+    streamed own weight block (``rotate == "weight"``) is loaded into one of those two
+    buffers, so it needs ``min(2, R)``; a resident one lives with the weights, and an
+    own input block is the input slice.  With ``rotate == "input"`` a streamed
+    stationary weight slice is loaded whole and kept for every step
+    (``stationary_weight_bytes``)."""
+    streamed = gemm.weights_in == "hbm"
+    received = ring_size if rotate == "weight" and streamed else ring_size - 1
+    return (min(2, received) * block_bytes
+            + (stationary_weight_bytes if rotate == "input" and streamed else 0))
 
 
 def _unique(ids: Sequence[int]) -> list[int]:

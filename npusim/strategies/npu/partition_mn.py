@@ -45,7 +45,7 @@ from npusim.mapping.taskgraph import TaskGraph
 from npusim.strategies.npu.lowering_replay import LoweringReplay
 from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              ceil_div, join_outputs, max_ring_hops,
-                                             rotate_rings, splits)
+                                             rotate_rings, rotation_buffer_bytes, splits)
 from npusim.strategies.npu.placement import Group
 
 
@@ -92,10 +92,13 @@ class MnPartition:
         """Per-core Table 2 quantities (see the module docstring)."""
         tp, b = len(group.cores), gemm.elem_bytes
         m_i, n_i = ceil_div(gemm.m, tp), ceil_div(gemm.n, tp)
+        weight = gemm.k * n_i * b
         if self.config.rotate == "weight":
-            output, comm = m_i * gemm.n * b, (tp - 1) * gemm.k * n_i * b
+            output, block = m_i * gemm.n * b, weight
         else:
-            output, comm = gemm.m * n_i * b, (tp - 1) * m_i * gemm.k * b
-        return PartitionCost(input_bytes=m_i * gemm.k * b, weight_bytes=gemm.k * n_i * b,
-                             output_bytes=output, comm_bytes=comm,
-                             max_hops=max_ring_hops([group.cores], width))
+            output, block = gemm.m * n_i * b, m_i * gemm.k * b
+        return PartitionCost(input_bytes=m_i * gemm.k * b, weight_bytes=weight,
+                             output_bytes=output, comm_bytes=(tp - 1) * block,
+                             max_hops=max_ring_hops([group.cores], width),
+                             buffer_bytes=rotation_buffer_bytes(gemm, tp, self.config.rotate,
+                                                                block, weight))

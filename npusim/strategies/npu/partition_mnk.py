@@ -47,7 +47,8 @@ from npusim.mapping.taskgraph import TaskGraph
 from npusim.strategies.npu.lowering_replay import LoweringReplay
 from npusim.strategies.npu.partition import (GemmSpec, PartitionCost, Ports,
                                              ceil_div, grid_of, join_outputs, max_ring_hops,
-                                             ring_allreduce, rotate_rings, splits,
+                                             ring_allreduce, rotate_rings,
+                                             rotation_buffer_bytes, splits,
                                              tile_extents)
 from npusim.strategies.npu.placement import Group
 
@@ -120,16 +121,17 @@ class MnkPartition:
         R, C = len(grid), len(grid[0])
         b, dt = gemm.elem_bytes, gemm.dtype_bytes
         m_r, n_r, k_c = ceil_div(gemm.m, R), ceil_div(gemm.n, R), ceil_div(gemm.k, C)
+        weight = k_c * n_r * b
         if self.config.rotate == "weight":
-            output = m_r * gemm.n * b
-            gather = (R - 1) * k_c * n_r * b
+            output, block = m_r * gemm.n * b, weight
             reduced = m_r * gemm.n * gemm.batch  # elements each row AllReduces, all steps
         else:
-            output = gemm.m * n_r * b
-            gather = (R - 1) * m_r * k_c * b
+            output, block = gemm.m * n_r * b, m_r * k_c * b
             reduced = gemm.m * n_r * gemm.batch
         allreduce = 2 * (C - 1) * ceil_div(reduced, C) * dt
         columns = [tuple(grid[r][c] for r in range(R)) for c in range(C)]
-        return PartitionCost(input_bytes=m_r * k_c * b, weight_bytes=k_c * n_r * b,
-                             output_bytes=output, comm_bytes=gather + allreduce,
-                             max_hops=max_ring_hops(list(grid) + columns, width))
+        return PartitionCost(input_bytes=m_r * k_c * b, weight_bytes=weight,
+                             output_bytes=output, comm_bytes=(R - 1) * block + allreduce,
+                             max_hops=max_ring_hops(list(grid) + columns, width),
+                             buffer_bytes=rotation_buffer_bytes(gemm, R, self.config.rotate,
+                                                                block, weight))
