@@ -145,13 +145,37 @@ def as_ops(source: Any) -> "pd.DataFrame":
     return read_table(csv, "ops table", "task", times=OPS_TIMES)
 
 
+#: Above this many units a timeline shows one row per kind of unit unless told otherwise
+#: (a 64-core chip has 288: a figure of one row each is taller than any screen).
+AUTO_GROUP_UNITS = 48
+TIMELINE_GROUPS = ("unit", "kind")
+
+
+def unit_kind(unit: str) -> str:
+    """The kind of a unit: its name with the index of its first part as ``*``
+    (``core12.sa`` -> ``core*.sa``, ``core12`` -> ``core*``: its NoC sends), the glob
+    pattern that ``units=`` would match it with."""
+    import re
+
+    return re.sub(r"^([A-Za-z_]+)\d+", r"\1*", unit)
+
+
 def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | None = None,
-                         ) -> tuple["pd.DataFrame", list[int]]:
+                         group: str | None = None) -> tuple["pd.DataFrame", list[int]]:
     """Busy fraction of each unit in ``bins`` equal time bins.
 
     Returns ``(frame, edges_ps)``: one row per unit, one column per bin, values in
     [0, 1] (overlapping tasks on one unit count once: a unit cannot be more than busy).
+    ``group="kind"`` gives one row per kind of unit (:func:`unit_kind`, labelled
+    ``core*.sa (64)``) holding the mean over its units; ``None`` (default) groups only
+    when there are more than :data:`AUTO_GROUP_UNITS` units and ``units`` does not
+    choose them.  ``frame.attrs["units"]``
+    is the number of units behind the rows either way.
     """
+    if group is not None and group not in TIMELINE_GROUPS:
+        raise AnalysisError(f"group: expected one of {', '.join(TIMELINE_GROUPS)} (or None: "
+                            f"by kind above {AUTO_GROUP_UNITS} units), got {group!r}")
+    rows_by = group
     import numpy as np
     import pandas as pd
 
@@ -195,6 +219,17 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
             busy += overlap
         rows[unit] = busy / np.diff(edges)
     frame = pd.DataFrame.from_dict(rows, orient="index").clip(0, 1)
+    if rows_by == "kind" or (rows_by is None and units is None and len(frame) > AUTO_GROUP_UNITS):
+        members: dict[str, list[str]] = {}
+        for unit in frame.index:
+            members.setdefault(unit_kind(str(unit)), []).append(str(unit))
+        # a kind of one unit keeps the unit's name
+        label = {kind: f"{kind} ({len(names)})" if len(names) > 1 else names[0]
+                 for kind, names in members.items()}
+        frame = frame.groupby([label[unit_kind(str(u))] for u in frame.index], sort=False).mean()
+        frame = frame.loc[[label[kind] for kind in sorted(members, key=natural_key)]]
+        frame.attrs["grouped"] = True
+    frame.attrs["units"] = len(rows)
     return frame, [int(e) for e in edges]
 
 

@@ -19,10 +19,14 @@ __all__ = ["plot_utilisation_timeline", "plot_serving_timeline", "plot_capacity"
 
 
 def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | None = None,
-                              ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+                              ax: "Axes | None" = None, title: str | None = None,
+                              group: str | None = None) -> "Figure":
     """Busy fraction of each unit over time (rows: units, columns: time bins) from a
-    Result, its ops DataFrame or a run directory."""
-    frame, edges = utilisation_timeline(source, bins, units)
+    Result, its ops DataFrame or a run directory.  ``group="kind"`` draws one row per
+    kind of unit (the mean of, say, every ``core*.sa``), as happens by default past
+    :data:`~npusim.analysis.frames.AUTO_GROUP_UNITS` units; ``group="unit"`` keeps a
+    row each (narrow them with ``units=`` globs)."""
+    frame, edges = utilisation_timeline(source, bins, units, group)
     factor, xlabel = _scale("time_ps", [edges[-1]])
     ax = _axes(ax, figsize=(8.0, max(2.5, 0.22 * len(frame) + 1.2)))
     image = ax.imshow(frame.to_numpy(), aspect="auto", interpolation="nearest", cmap="magma",
@@ -33,7 +37,9 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
     ax.figure.colorbar(image, ax=ax, label="busy fraction")
     cut = (" (per-task rows stop at run.trace_max_tasks: the run goes on after)"
            if _trace_cut(source) else "")
-    ax.set_title(title or _wrapped("per-unit utilisation over time" + cut), fontsize="medium")
+    what = (f"mean utilisation per kind of unit over time ({frame.attrs['units']} units)"
+            if frame.attrs.get("grouped") else "per-unit utilisation over time")
+    ax.set_title(title or _wrapped(what + cut), fontsize="medium")
     return ax.figure
 
 
