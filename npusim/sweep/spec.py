@@ -14,6 +14,7 @@ constraints:
 on_invalid: error                     # or skip: record points whose config is invalid
 capacity: {attainment: 0.9}           # serving bases: each point is a capacity search
 metrics: [ttft_ms_*, tpot_ms_mean]    # or, without capacity: keep only these metrics (globs)
+store: {requests: true}               # also keep each serving point's per-request table
 ```
 
 ``axes`` may also be one mapping (a single grid).  Random parameters are a list (uniform
@@ -41,10 +42,10 @@ from npusim.sweep.paths import (MISSING, config_hash, format_override, get_path,
                                 input_file_digests)
 from npusim.sweep.spec_paths import base_defaults, check_paths
 from npusim.sweep.spec_sections import (_check_each_path_set_once, _parse_constraints,
-                                        _parse_derived, _parse_set)
+                                        _parse_derived, _parse_set, _parse_store)
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
-             "on_invalid", "capacity", "metrics")
+             "on_invalid", "capacity", "metrics", "store")
 #: ``capacity:`` keys and their defaults (find_capacity's arguments).
 _CAPACITY_KEYS = CAPACITY_DEFAULTS
 
@@ -80,6 +81,8 @@ class SweepSpec:
     capacity: dict[str, Any] | None = None
     #: glob patterns of the metrics a row keeps (``ttft_ms_*``, ``replicas``); None: all
     metrics: tuple[str, ...] | None = None
+    #: ``store: {requests: true}``: keep each serving point's per-request table
+    store_requests: bool = False
 
     @property
     def param_names(self) -> list[str]:
@@ -270,13 +273,17 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     if metrics is not None and capacity is not None:
         bad("metrics", "a capacity sweep stores its search (capacity.*), not a run's metrics; "
                        "remove metrics: or capacity:")
+    store_requests = _parse_store(data.get("store"), bad)
+    if store_requests and capacity is not None:
+        bad("store.requests", "a capacity sweep stores its search (capacity.*), not one run's "
+                              "requests; remove store.requests or capacity:")
     if problems:
         raise ConfigError(source, problems)
     spec = SweepSpec(name=str(data.get("name") or default_name), source=source, base=base,
                      base_source=base_source, set=fixed, axes=axes, derived=derived,
                      constraints=constraints, on_invalid=on_invalid,
                      description=str(data.get("description") or ""), capacity=capacity,
-                     metrics=metrics)
+                     metrics=metrics, store_requests=store_requests)
     if capacity is not None:
         kind = base_defaults(spec)["workload"].get("kind")
         if kind != "serving":

@@ -1,6 +1,6 @@
-"""Parsing of a sweep spec's ``set:``, ``derived:`` and ``constraints:`` sections, and
-the check that no path is set twice (:func:`npusim.sweep.spec.spec_from_dict` calls
-them, each reporting problems through its ``bad(where, message)``)."""
+"""Parsing of a sweep spec's ``set:``, ``derived:``, ``constraints:`` and ``store:``
+sections, and the check that no path is set twice (:func:`npusim.sweep.spec.spec_from_dict`
+calls them, each reporting problems through its ``bad(where, message)``)."""
 
 from __future__ import annotations
 
@@ -126,3 +126,31 @@ def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
             continue
         constraints.append((item["require"], str(item.get("reason") or f"constraint failed: {item['require']}")))
     return constraints
+
+
+#: ``store:`` keys: what a sweep keeps beside each point's row (all off by default).
+STORE_KEYS = ("requests",)
+
+
+def _parse_store(value: Any, bad) -> bool:
+    """``store:``, what the results store keeps beside each point's row: ``requests:
+    true`` keeps a serving point's per-request table (``DIR/requests/<key>.parquet``).
+    Returns whether it keeps them."""
+    import difflib
+
+    example = "{requests: true} (keep each serving point's per-request table)"
+    if value is None:
+        return False
+    if not isinstance(value, Mapping):
+        bad("store", f"expected a mapping such as {example}, got {value!r}")
+        return False
+    for key in value:
+        if key not in STORE_KEYS:
+            close = difflib.get_close_matches(str(key), STORE_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            bad(f"store.{key}", f"unknown key{hint} (known keys: {', '.join(STORE_KEYS)})")
+    requests = value.get("requests", False)
+    if not isinstance(requests, bool):
+        bad("store.requests", f"expected true or false, got {requests!r}")
+        return False
+    return requests
