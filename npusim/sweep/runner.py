@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from npusim.core.console import console
 from npusim.core.errors import NpusimError
+from npusim.sweep.request_tables import (REQUESTS_FIELD, request_table_bytes,
+                                         stored_request_keys, write_request_table)
 from npusim.sweep.spec import Point, SweepSpec, load_spec, spec_from_dict
 from npusim.sweep.store import ResultStore, flatten_metrics
 
@@ -56,6 +58,9 @@ class SweepSummary:
     lost: int = 0               # a worker died; not recorded, retried next run
     failed_before: int = 0      # stored as failed by an earlier run and not retried
     duplicates: int = 0         # points with another point's config and parameters
+    #: finished serving points run again because their per-request table was not stored
+    #: (``store: {requests: true}`` added to a sweep that ran without it)
+    rerun_for_requests: int = 0
     wall_time_s: float = 0.0
     errors: list[str] = field(default_factory=list)
     unmatched_metrics: list[str] = field(default_factory=list)  # spec patterns matching none
@@ -69,16 +74,17 @@ class SweepSummary:
 
 
 def point_task(point: Point, sweep: str, capacity: dict[str, Any] | None = None,
-               metrics: tuple[str, ...] | None = None) -> dict[str, Any]:
+               metrics: tuple[str, ...] | None = None, requests: bool = False) -> dict[str, Any]:
     """The picklable description of a point that :func:`run_point` executes;
     ``capacity`` (find_capacity's arguments) makes it a capacity search; ``metrics``
-    (glob patterns) keeps only the metrics they match."""
+    (glob patterns) keeps only the metrics they match; ``requests`` returns a serving
+    run's per-request table too (as Parquet bytes, under ``REQUESTS_FIELD``)."""
     from npusim import __version__
 
     return {"point": point.index, "params": point.params, "config": point.config,
             "config_hash": point.config_hash, "key": point.key, "skip": point.skip_reason,
             "sweep": sweep, "npusim_version": __version__, "capacity": capacity,
-            "metrics": metrics}
+            "metrics": metrics, "requests": requests}
 
 
 def run_point(task: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +101,12 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
             else:
                 from npusim.api import simulate
 
-                row.update(kept_metrics(flatten_metrics(simulate(task["config"]).metrics),
-                                        task.get("metrics")))
+                result = simulate(task["config"])
+                row.update(kept_metrics(flatten_metrics(result.metrics), task.get("metrics")))
+                table = (request_table_bytes(result, task["key"], task["point"])
+                         if task.get("requests") else None)
+                if table is not None:  # popped by the driver, which writes it
+                    row[REQUESTS_FIELD] = table
             row["error"] = None
         except NpusimError as exc:
             row.update(status="failed", error=str(exc))
@@ -364,7 +374,8 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
         raise NpusimError(f"out_dir: got {out_dir!r}; expected a directory path")
     started = time.perf_counter()
     store = ResultStore(out_dir)
-    store.check_output()  # a file in the way of OUT fails now, not after resolving points
+    # a file in the way of OUT fails now, not after resolving points
+    store.check_output(requests=spec.store_requests)
     store.check_same_sweep(spec.name)
     points = spec.points()  # a spec error here leaves OUT untouched
     with store.lock():  # one sweep at a time writes a directory
@@ -379,7 +390,10 @@ def _run_locked(spec: SweepSpec, points: list[Point], store: ResultStore, out_di
     # (StoreError naming it) with the directory exactly as it was.
     store.compact()  # fold in parts left by an earlier (possibly killed) run
     done = store.finished()
-    store.write_manifest(spec.name, spec.param_names, points)
+    serving = {p.key for p in points if p.config is not None
+               and p.config["workload"].get("kind") == "serving"}
+    store.write_manifest(spec.name, spec.param_names, points,
+                         requests=serving if spec.store_requests else None)
     # Points with the same key (a random axis drawing a value twice) are one result.
     unique: list[Point] = []
     seen: set[str] = set()
@@ -387,14 +401,20 @@ def _run_locked(spec: SweepSpec, points: list[Point], store: ResultStore, out_di
         if point.key not in seen:
             seen.add(point.key)
             unique.append(point)
-    todo = [p for p in unique if p.key not in done or (retry_failed and done[p.key] == "failed")]
+    # A serving point that ran without keeping its per-request table runs again to keep it.
+    tableless = (serving & {k for k, status in done.items() if status == "ok"}
+                 - stored_request_keys(store.root)) if spec.store_requests else set()
+    todo = [p for p in unique if p.key not in done or p.key in tableless
+            or (retry_failed and done[p.key] == "failed")]
     summary = SweepSummary(out_dir=Path(out_dir), total=len(unique),
                            duplicates=len(points) - len(unique),
+                           rerun_for_requests=sum(1 for p in unique if p.key in tableless),
                            skipped_done=len(unique) - len(todo),
                            failed_before=sum(1 for p in unique if p.key in done
                                              and done[p.key] == "failed" and not retry_failed))
     # Skipped points cost nothing: record them here instead of shipping them to workers.
-    tasks = [point_task(p, spec.name, spec.capacity, spec.metrics) for p in todo]
+    tasks = [point_task(p, spec.name, spec.capacity, spec.metrics, spec.store_requests)
+             for p in todo]
     runnable = [t for t in tasks if t["skip"] is None]
     bar = _Progress(len(tasks), spec.name, progress)
     remaining = len(tasks)
@@ -428,6 +448,9 @@ def _run_locked(spec: SweepSpec, points: list[Point], store: ResultStore, out_di
 
 def _record(store: ResultStore, row: dict, summary: SweepSummary,
             on_row: Callable[[dict], None] | None) -> None:
+    table = row.pop(REQUESTS_FIELD, None)
+    if table is not None:  # first: a stored row of a serving point then has its table
+        write_request_table(store.root, row["key"], table)
     store.write_row(row)
     status = row["status"]
     if status == "ok":

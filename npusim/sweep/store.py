@@ -11,6 +11,8 @@ Layout of ``DIR``:
   keys, so a crash during compaction loses nothing either;
 * ``manifest.json`` – the spec's points (key, index, parameters) of the latest run, used
   to order columns and to hide rows of points a changed spec no longer has;
+* ``requests/<key>.parquet`` – with ``store: {requests: true}``, each serving point's
+  per-request table (:mod:`npusim.sweep.request_tables`), untouched by compaction;
 * ``.sweep.lock`` – present while a sweep writes here (its process id and host): a second
   sweep into the same directory is refused instead of interleaving its manifest and
   compaction with the first's; a lock whose process is gone (a killed sweep) is taken
@@ -111,22 +113,26 @@ class ResultStore:
         self.parts = self.root / "parts"
 
     # ---------------------------------------------------------------- checks
-    def check_output(self, option: str | None = None) -> None:
+    def check_output(self, option: str | None = None, requests: bool = False) -> None:
         """Raise :class:`OutputError` when the directory cannot hold a store: it, or a
-        parent, is a file; ``parts/`` is a file or a result file a directory; no write
-        permission.  Leaves nothing behind (a new directory is created as a probe and
-        removed), so a sweep checks this before resolving its points (a long step) and
-        long before running any; ``option`` (``--out``) prefixes the message."""
+        parent, is a file; ``parts/`` (and ``requests/`` when the sweep keeps per-request
+        tables) is a file or a result file a directory; no write permission.  Leaves
+        nothing behind (a new directory is created as a probe and removed), so a sweep
+        checks this before resolving its points (a long step) and long before running
+        any; ``option`` (``--out``) prefixes the message."""
+        from npusim.sweep.request_tables import REQUESTS_DIR
+
         where = f"{option} {self.root}" if option else str(self.root)
         check_output_dir(self.root, option or "", purpose="the sweep results")
         if not self.root.exists():
             return
-        if self.parts.exists() and not self.parts.is_dir():
-            raise OutputError(f"{where}: {self.parts} is a file, but the store keeps one file "
-                              "per point in that directory; move it away or choose another "
-                              "directory")
-        if self.parts.is_dir() and not os.access(self.parts, os.W_OK | os.X_OK):
-            raise OutputError(f"{where}: {self.parts} is not writable")
+        for folder in [self.parts] + ([self.root / REQUESTS_DIR] if requests else []):
+            if folder.exists() and not folder.is_dir():
+                raise OutputError(f"{where}: {folder} is a file, but the store keeps one file "
+                                  "per point in that directory; move it away or choose "
+                                  "another directory")
+            if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+                raise OutputError(f"{where}: {folder} is not writable")
         for name in (RESULTS_FILE, MANIFEST_FILE, LOCK_FILE):
             if (self.root / name).is_dir():
                 raise OutputError(f"{where}: {self.root / name} is a directory, but the store "
@@ -205,11 +211,19 @@ class ResultStore:
                 pass
 
     # ---------------------------------------------------------------- writing
-    def write_manifest(self, name: str, params: list[str], points: Iterable[Any]) -> None:
-        """Record the spec's points (key → index, parameters) for readers."""
+    def write_manifest(self, name: str, params: list[str], points: Iterable[Any],
+                       requests: Iterable[str] | None = None) -> None:
+        """Record the spec's points (key → index, parameters) for readers.  ``requests``
+        (a sweep with ``store: {requests: true}``): the keys of the points that keep a
+        per-request table (serving runs), flagged ``"requests": true``."""
         self._make_dirs()
-        data = {"sweep": name, "params": params,
-                "points": [{"index": p.index, "key": p.key, "params": p.params} for p in points]}
+        keep = None if requests is None else set(requests)
+        data: dict[str, Any] = {"sweep": name, "params": params}
+        if keep is not None:
+            data["store"] = {"requests": True}
+        data["points"] = [{"index": p.index, "key": p.key, "params": p.params,
+                           **({"requests": True} if keep and p.key in keep else {})}
+                          for p in points]
         with atomic_output(self.root / MANIFEST_FILE, "the sweep manifest") as handle:
             handle.write(json.dumps(data, indent=1, default=str) + "\n")
 
