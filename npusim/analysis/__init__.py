@@ -2,6 +2,7 @@
 
 >>> from npusim import analysis                                     # doctest: +SKIP
 >>> frame = analysis.load_sweep("out/sweeps/quickstart_grid", status="ok")
+>>> requests = analysis.load_sweep_requests("out/sweeps/serving")  # store: {requests: true}
 >>> fig = analysis.plot_heatmap(frame, "workload.m", "workload.tile_n", "metrics.latency_ps")
 >>> analysis.save_figure(fig, "grid.png")
 
@@ -10,13 +11,14 @@ pandas and matplotlib load on first use, so ``import npusim.analysis`` is cheap.
 
 from __future__ import annotations
 
-__all__ = ["load_sweep", "pareto_front", "utilisation_timeline", "latency_samples",
-           "request_table", "iteration_table", "plot_serving_timeline", "capacity_probes",
+__all__ = ["load_sweep", "load_sweep_requests", "pareto_front", "utilisation_timeline",
+           "latency_samples", "request_table", "iteration_table", "plot_serving_timeline", "capacity_probes",
            "plot_capacity", "token_table",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "new_figure", "AnalysisError"]
 
-_HOMES = {"load_sweep": "sweep_results", "pareto_front": "frames", "utilisation_timeline": "frames",
+_HOMES = {"load_sweep": "sweep_results", "load_sweep_requests": "sweep_requests",
+          "pareto_front": "frames", "utilisation_timeline": "frames",
           "latency_samples": "frames", "request_table": "frames", "AnalysisError": "frames",
           "iteration_table": "frames", "plot_serving_timeline": "run_plots",
           "capacity_probes": "frames", "plot_capacity": "run_plots",

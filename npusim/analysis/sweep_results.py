@@ -52,21 +52,24 @@ def load_sweep(out_dir: str | Path, status: str | None = None) -> "pd.DataFrame"
     return frame
 
 
-def _sweep_dir(out_dir: Any) -> Path:
-    """The directory ``load_sweep`` was given: a path, or what it is easily confused with
-    (the summary :func:`run_sweep` returns, the directory's results.parquet)."""
+def _sweep_dir(out_dir: Any, caller: str = "load_sweep") -> Path:
+    """The directory ``load_sweep`` (or ``caller``) was given: a path, or what it is
+    easily confused with (the summary :func:`run_sweep` returns, a file in the directory:
+    results.parquet, a per-request table)."""
     import os
 
     if hasattr(out_dir, "out_dir") and not isinstance(out_dir, (str, os.PathLike)):
         return Path(out_dir.out_dir)  # a SweepSummary: its directory
     if not isinstance(out_dir, (str, os.PathLike)):
-        raise AnalysisError(f"load_sweep: expected a sweep output directory (a path), got "
+        raise AnalysisError(f"{caller}: expected a sweep output directory (a path), got "
                             f"a {type(out_dir).__name__}; a Result is one run (use its "
                             "metrics), and a DataFrame is already loaded")
     root = Path(out_dir)
     if root.is_file() and root.suffix == ".parquet":
+        # DIR/results.parquet, DIR/parts/KEY.parquet or DIR/requests/KEY.parquet
+        top = root.parent if root.parent.name not in ("parts", "requests") else root.parent.parent
         raise AnalysisError(f"{root}: a file of a sweep's output; expected its directory, "
-                            f"load_sweep({str(root.parent)!r})")
+                            f"{caller}({str(top)!r})")
     return root
 
 
