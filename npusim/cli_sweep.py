@@ -89,7 +89,7 @@ def sweep(
         out_dir = (option_path(out, "--out", "a directory for the sweep results")
                    or Path("out") / "sweeps" / parsed.name)
         store = ResultStore(out_dir)
-        store.check_output("--out")  # before any point is resolved or run
+        store.check_output("--out", requests=parsed.store_requests)  # before any point runs
         store.check_same_sweep(parsed.name, "--out")
         count = len(parsed.combinations())
         if count >= _SAY_CHECKING_FROM and not quiet:
@@ -134,10 +134,17 @@ def sweep(
                         "point's config and parameters (a random axis drew a value twice, "
                         "or a grid lists it twice): stored once",
                         fg=typer.colors.YELLOW, err=True)
+        if summary.rerun_for_requests:
+            typer.secho(f"  {counted(summary.rerun_for_requests, 'finished serving point')} "
+                        "ran again to store per-request tables (stored without them, "
+                        "before store: {requests: true} was set)", fg=typer.colors.YELLOW,
+                        err=True)
         if summary.failed_before:
             typer.secho(f"  {counted(summary.failed_before, 'point')} stored as failed by an earlier run "
                         f"(--retry-failed runs them again)", fg=typer.colors.YELLOW, err=True)
-        typer.echo(f"results in {out_dir}/ (npusim.analysis.load_sweep('{out_dir}'))")
+        tables = (f"; per-request tables: npusim.analysis.load_sweep_requests('{out_dir}')"
+                  if parsed.store_requests else "")
+        typer.echo(f"results in {out_dir}/ (npusim.analysis.load_sweep('{out_dir}'){tables})")
         return summary
 
     summary = _guard(action)
@@ -163,11 +170,13 @@ def plot(
     value: Optional[str] = typer.Option(None, "--value", metavar="COLUMN",
                                         help="heatmap: the metric to colour; "
                                         "cdf: the column to take samples from (a serving "
-                                        "run: a requests.csv column, or gap_ps for every "
+                                        "run, or a sweep that stored its requests: a "
+                                        "requests.csv column, or gap_ps for every "
                                         "inter-token gap)."),
     hue: Optional[str] = typer.Option(None, "--hue", metavar="COLUMN",
                                       help="line: one line per value; "
-                                      "cdf: one curve per value."),
+                                      "cdf: one curve per value (a sweep's requests: "
+                                      "default one per point)."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
     bins: int = typer.Option(100, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
                              "(1 to 100,000)."),
@@ -235,8 +244,13 @@ def plot(
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 frame = analysis.load_sweep(source)
-            for warning in caught:  # points with no result yet: a note, not a Python warning
-                typer.secho(f"  note: {warning.message}", fg=typer.colors.YELLOW, err=True)
+                # a column of the stored per-request tables (or none: e2e_ps), not a row's
+                requests = (analysis.load_sweep_requests(source)
+                            if kind == "cdf" and value not in frame.columns
+                            and _stored_requests(source) else None)
+            for text in dict.fromkeys(str(w.message) for w in caught):
+                # points with no result yet: a note, not a Python warning
+                typer.secho(f"  note: {text}", fg=typer.colors.YELLOW, err=True)
             if kind == "line":
                 figure = analysis.plot_metric(frame, need("--x", x), need("--y", y), hue=hue,
                                              logx=logx)
@@ -246,6 +260,8 @@ def plot(
             elif kind == "pareto":
                 figure = analysis.plot_pareto(frame, need("--x", x), need("--y", y),
                                               minimize=(True, not maximize), label=hue)
+            elif requests is not None:  # one curve per point, or per value of --hue
+                figure = analysis.plot_latency_cdf(requests, column=value, by=hue or "point")
             else:
                 figure = analysis.plot_latency_cdf(frame[frame["status"] == "ok"],
                                                    column=need("--value", value), by=hue)
@@ -261,6 +277,13 @@ def register(app: typer.Typer) -> None:
                 short_help="Run every point of a sweep; one Parquet row per point.")(sweep)
     app.command("plot", cls=OnceOptionsCommand,
                 short_help="Plot a sweep, a run or a capacity search to PNG, SVG or PDF.")(plot)
+
+
+def _stored_requests(source: Path) -> bool:
+    """Whether the sweep in ``source`` stored per-request tables (store: {requests: true})."""
+    from npusim.sweep.request_tables import stored_request_keys
+
+    return bool(stored_request_keys(source))
 
 
 def _default_figure_name(kind: str, x: Optional[str], y: Optional[str],
