@@ -247,6 +247,7 @@ def plot(
                 # a column of the stored per-request tables (or none: e2e_ps), not a row's
                 requests = (analysis.load_sweep_requests(source)
                             if kind == "cdf" and value not in frame.columns
+                            and not (value or "").startswith(("metrics.", "capacity."))
                             and _stored_requests(source) else None)
             for text in dict.fromkeys(str(w.message) for w in caught):
                 # points with no result yet: a note, not a Python warning

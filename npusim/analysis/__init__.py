@@ -12,8 +12,8 @@ pandas and matplotlib load on first use, so ``import npusim.analysis`` is cheap.
 from __future__ import annotations
 
 __all__ = ["load_sweep", "load_sweep_requests", "pareto_front", "utilisation_timeline",
-           "latency_samples", "request_table", "iteration_table", "plot_serving_timeline", "capacity_probes",
-           "plot_capacity", "token_table",
+           "latency_samples", "request_table", "iteration_table", "plot_serving_timeline",
+           "capacity_probes", "plot_capacity", "token_table",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "new_figure", "AnalysisError"]
 

@@ -278,7 +278,8 @@ def test_plot_cdf_of_a_sweep_draws_one_curve_per_point_or_hue_value(stored, tmp_
 
     drawn = []
     save = plots.save_figure
-    monkeypatch.setattr(plots, "save_figure", lambda fig, path: drawn.append(fig) or save(fig, path))
+    monkeypatch.setattr(plots, "save_figure",
+                        lambda fig, path: drawn.append(fig) or save(fig, path))
     out, _ = stored
     for extra in ([], ["--value", "ttft_ps"], ["--hue", "workload.scheduler.token_budget"]):
         code, stdout, err = cli(["plot", out, "--kind", "cdf", *extra, "--out",
@@ -294,6 +295,14 @@ def test_plot_cdf_of_a_sweep_draws_one_curve_per_point_or_hue_value(stored, tmp_
                         "--out", tmp_path / "m.png"], capsys)
     lines = drawn[-1].axes[0].get_lines()
     assert code == 0 and len(lines) == 1 and lines[0].get_label().startswith("_"), err
+    # a misspelt metric is a row's column, named as such (not a per-request column)
+    code, _, err = cli(["plot", out, "--kind", "cdf", "--value", "metrics.ttft_ms_maen",
+                        "--out", tmp_path / "m.png"], capsys)
+    assert code == 2 and "did you mean 'metrics.ttft_ms_mean'" in err, err
+    code, _, err = cli(["plot", out, "--kind", "cdf", "--value", "ttft",
+                        "--out", tmp_path / "m.png"], capsys)
+    assert code == 2 and "no column 'ttft' in the per-request table; did you mean " \
+                         "'ttft_ps'" in err, err
 
 
 @pytest.mark.component
