@@ -320,3 +320,15 @@ def test_cli_sweep_says_which_points_ran_again_for_their_tables(traces, tmp_path
     assert code == 0
     assert "1 finished serving point ran again to store per-request tables" in err, err
     assert "load_sweep_requests(" in stdout
+
+
+@pytest.mark.unit
+def test_a_file_in_the_way_of_the_tables_is_an_error_only_when_they_are_kept(tmp_path):
+    from npusim.core.errors import OutputError
+
+    (tmp_path / REQUESTS_DIR).write_text("mine\n")
+    ResultStore(tmp_path).check_output("--out")  # not kept: the file is no concern
+    with pytest.raises(OutputError) as info:
+        ResultStore(tmp_path).check_output("--out", requests=True)
+    assert str(info.value).startswith(f"--out {tmp_path}: {tmp_path / REQUESTS_DIR} is a file")
+    assert (tmp_path / REQUESTS_DIR).read_text() == "mine\n"
