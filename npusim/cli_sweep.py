@@ -180,6 +180,13 @@ def plot(
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
     bins: int = typer.Option(100, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
                              "(1 to 100,000)."),
+    units: Optional[List[str]] = typer.Option(
+        None, "--units", metavar="PATTERN", help="timeline: only these units, names or glob "
+        "patterns ('*.sa', 'core1?.*'); repeat for more."),
+    group: Optional[str] = typer.Option(
+        None, "--group", metavar="unit|kind", help="timeline: one row per unit, or per kind "
+        "of unit (core*.sa: the mean over every array); default: by kind past 48 units "
+        "unless --units chooses them."),
     logx: bool = typer.Option(False, "--logx", help="line: log2 x axis (sizes, powers of two)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="FILE",
                                       help="Figure file (.png/.svg/.pdf; default "
@@ -190,7 +197,7 @@ def plot(
     """Plot a sweep (line, heatmap, pareto, cdf), a run (timeline, cdf, batches) or a
     capacity search (capacity) to PNG, SVG or PDF."""
     from npusim import analysis
-    from npusim.analysis.frames import MAX_BINS
+    from npusim.analysis.frames import MAX_BINS, TIMELINE_GROUPS
     from npusim.analysis.plots import check_figure_path
 
     def need(name: str, given: Optional[str]) -> str:
@@ -213,6 +220,12 @@ def plot(
         if kind == "timeline" and not 1 <= bins <= MAX_BINS:
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
+        if group is not None and group not in TIMELINE_GROUPS:
+            raise NpusimError(f"--group: expected one of {', '.join(TIMELINE_GROUPS)}, "
+                              f"got {group!r}")
+        if kind != "timeline" and (units or group is not None):
+            raise NpusimError(f"--{'units' if units else 'group'} applies to --kind timeline "
+                              f"only (got --kind {kind})")
         is_run = (source / "ops.csv").is_file()
         if kind != "capacity" and (source / "capacity.csv").is_file() and not is_run \
                 and not (source / "manifest.json").is_file():
@@ -235,7 +248,8 @@ def plot(
 
             ops = as_ops(source)
             if kind == "timeline":
-                figure = analysis.plot_utilisation_timeline(ops, bins=bins)
+                figure = analysis.plot_utilisation_timeline(ops, bins=bins, units=units or None,
+                                                            group=group)
             else:  # per request when the run has requests.csv, else per task
                 figure = analysis.plot_latency_cdf(source, column=value, by=hue)
         else:

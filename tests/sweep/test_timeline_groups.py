@@ -59,3 +59,27 @@ def test_many_units_group_by_default_unless_chosen_or_asked_for_one_row_each():
 def test_an_unknown_grouping_is_an_error():
     with pytest.raises(AnalysisError, match="group: expected one of unit, kind"):
         analysis.utilisation_timeline(ops_of(2), group="stage")
+
+
+@pytest.mark.component
+def test_plot_cli_groups_and_chooses_units(tmp_path, capsys):
+    from npusim.cli import main
+
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as code:
+        main(["run", "workloads/scenarios/qwen3_4b_npu64.yaml", "--mode", "analytic",
+              "--set", "workload.prompt_len=64", "--set", "workload.output_len=2",
+              "--out", str(run)])
+    assert code.value.code == 0
+    for extra, rows in ((["--group", "kind"], "per kind of unit"),
+                        (["--units", "*.sa", "--units", "core0.*"], "per-unit")):
+        figure = tmp_path / f"{len(extra)}.png"
+        with pytest.raises(SystemExit) as code:
+            main(["plot", str(run), "--kind", "timeline", *extra, "--out", str(figure)])
+        assert code.value.code == 0 and figure.is_file(), rows
+    capsys.readouterr()
+    for extra, message in ((["--kind", "timeline", "--group", "stage"], "--group: expected one of unit, kind"),
+                           (["--kind", "cdf", "--units", "*.sa"], "--units applies to --kind timeline only")):
+        with pytest.raises(SystemExit) as code:
+            main(["plot", str(run), *extra])
+        assert code.value.code != 0 and message in capsys.readouterr().err
