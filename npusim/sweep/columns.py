@@ -121,7 +121,8 @@ def plain_whole_numbers(frame: "pd.DataFrame") -> "pd.DataFrame":
     """``frame`` with every nullable Int64 column that has no missing value as plain
     int64 (the columns with gaps stay Int64 rather than turning float64); likewise a
     column of booleans: bool, or pandas' nullable boolean where some rows lack it (a
-    failed point), not object."""
+    failed point), not object; and a ``metrics.*`` / ``capacity.*`` column with no value
+    at all float64 (NaN), not object."""
     for column in frame.columns:
         values = frame[column]
         if values.dtype == "Int64" and not values.isna().any():
@@ -131,4 +132,9 @@ def plain_whole_numbers(frame: "pd.DataFrame") -> "pd.DataFrame":
         elif values.dtype == object and values.notna().any() \
                 and all(isinstance(v, bool) for v in values.dropna()):
             frame[column] = values.astype("boolean" if values.isna().any() else bool)
+        elif values.dtype == object and str(column).startswith(("metrics.", "capacity.")) \
+                and not values.notna().any():
+            # a metric no point has (tpot_ms_mean with one output token, any metric of
+            # failed points only): missing numbers, so a plot or a mean treats it as one
+            frame[column] = values.astype("float64")
     return frame

@@ -324,3 +324,15 @@ def test_a_boolean_metric_is_boolean_not_object(tmp_path):
     from npusim.sweep.store import plain_whole_numbers
 
     assert plain_whole_numbers(ok.copy())["metrics.trace_truncated"].dtype == bool
+
+
+def test_a_metric_no_point_has_is_missing_numbers_not_object(tmp_path):
+    # metrics.tpot_ms_mean with one output token is None for every point: it stayed
+    # object, which a plot or a mean refuses
+    store = ResultStore(tmp_path)
+    store.write_row(row("k0", 0, **{"metrics.tpot_ms_mean": None, "metrics.x": 1.5}))
+    store.write_row(row("k1", 1, **{"metrics.tpot_ms_mean": None, "metrics.x": 2.5}))
+    frame = load_results(tmp_path)
+    assert frame["metrics.tpot_ms_mean"].dtype == "float64"
+    assert frame["metrics.tpot_ms_mean"].isna().all() and frame["metrics.x"].mean() == 2.0
+    assert frame["error"].dtype == object  # other empty columns keep their type
