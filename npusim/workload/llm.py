@@ -109,8 +109,9 @@ def sram_buffers_field() -> Any:
                     "buffers (the K partition's replicated m x n output, the MN/MNK "
                     "rotation's two blocks) are assumed to fit beside them (assumption). "
                     "'working_set': the largest GEMM's whole per-core working set under "
-                    "the chosen partition (input and output slices plus rotation blocks) "
-                    "if larger: physically exact, so fewer weights stay in SRAM and a long "
+                    "the chosen partition (input and output slices plus rotation blocks; "
+                    "experts too under expert_placement tp) if larger: an upper bound on "
+                    "what the lowering holds, so fewer weights stay in SRAM and a long "
                     "prompt may need prefill chunks (docs/partition.md).")
 
 

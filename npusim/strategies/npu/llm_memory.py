@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from npusim.mapping.memory_manager import check_model_fits, hbm_capacity_bytes, plan_core_memory
 from npusim.strategies.npu.heads import busiest_kv_heads, kv_bytes_on_core
-from npusim.strategies.npu.moe_mapping import expert_plan_weights
+from npusim.strategies.npu.moe_mapping import expert_placement, expert_plan_weights
+from npusim.strategies.npu.partition import PartitionCost
 from npusim.workload.layer_ops import SequenceChunk, layer_ops, lm_head_ops
 
 #: Activation buffers kept per core: the current operator's input and output
@@ -108,28 +109,37 @@ def _largest_activation_bytes(model, config) -> int:
 
 
 def largest_working_set(model, config, layers: range, group, width: int, streamed: bool
-                        ) -> tuple[int, str]:
-    """``(bytes, GEMM name)`` of the largest per-core working set (input and output
-    slices plus the partition's buffers, :attr:`PartitionCost.working_set_bytes`) of a
-    linear layer in ``layers`` on ``group``, at the iteration's token count.  MoE experts
-    are not counted: they stream through the tile buffers.  ``streamed``: time the
+                        ) -> tuple[int, str, "PartitionCost | None"]:
+    """``(bytes, GEMM name, its cost)`` of the largest per-core working set (input and
+    output slices plus the partition's buffers, :attr:`PartitionCost.working_set_bytes`)
+    of a GEMM in ``layers`` on ``group``, at the iteration's token count.  Routers count;
+    with ``expert_placement: tp`` so does an expert's GEMM at every token of the
+    iteration (the most one expert can take), since the partition lowers it; with
+    ``ep`` experts stream through the tile buffers and do not.  ``streamed``: cost the
     weights as streamed from HBM (an upper bound when some are SRAM-resident, which the
     plan decides after this)."""
     from npusim.strategies.npu.partition import GemmSpec, get_partition
+    from npusim.workload.layer_ops import expert_ffn_ops
 
     strategy = get_partition(config.partition)
+    experts_partitioned = expert_placement(config).config.kind == "tp"
     tokens = (config.prefill_chunk or config.prompt_len) * config.batch
-    best, name = 0, ""
+    best: tuple[int, str, PartitionCost | None] = (0, "", None)
     for layer in layers:
+        gemms = []
         for op in layer_ops(model, [SequenceChunk(tokens, 0)], config.dtype_bytes, layer=layer):
-            if op.role not in ("linear", "router") or op.op.kind != "gemm":
-                continue
+            if op.role == "moe_experts" and experts_partitioned:
+                gemms += [item for item in expert_ffn_ops(op.moe, 0, op.moe.tokens)
+                          if item.op.kind == "gemm"]
+            elif op.role in ("linear", "router") and op.op.kind == "gemm":
+                gemms.append(op)
+        for op in gemms:
             gemm = GemmSpec(op.name, op.op.m, op.op.k, op.op.n, op.op.dtype_bytes, op.op.batch,
                             "hbm" if streamed else "sram", config.weight_tile_bytes)
-            size = strategy.cost(gemm, group, width).working_set_bytes
-            if size > best:
-                best, name = size, f"L{layer}.{op.name}"
-    return best, name
+            cost = strategy.cost(gemm, group, width)
+            if cost.working_set_bytes > best[0]:
+                best = (cost.working_set_bytes, f"L{layer}.{op.name}", cost)
+    return best
 
 
 def check_stream_sizes(config, sram_bytes: int) -> None:
@@ -152,10 +162,10 @@ def check_stream_sizes(config, sram_bytes: int) -> None:
             "that (the default 256 KiB keeps the timing and simulates fast)")
 
 
-def _check_working_set(config, model, gemm: str, working: int, buffers: int,
+def _check_working_set(config, model, gemm: str, cost: PartitionCost, buffers: int,
                        sram_bytes: int) -> None:
-    """A working set larger than a core's SRAM is an error that names the GEMM and
-    the settings that size it."""
+    """A GEMM working set larger than a core's SRAM is an error that names the GEMM,
+    its parts and the settings that size them."""
     if buffers <= sram_bytes:
         return
     from npusim.core.errors import MappingError
@@ -165,13 +175,19 @@ def _check_working_set(config, model, gemm: str, working: int, buffers: int,
     tokens = (config.prefill_chunk or config.prompt_len) * config.batch
     setting = getattr(config, "iteration_tokens_setting",
                       "workload.prefill_chunk x batch (prefill_chunk 0: the whole prompt_len)")
+    # fewer tokens help only where the slices, not the rotation blocks, are the bulk
+    first = (f"fewer tokens per iteration ({setting} = {tokens}), "
+             if cost.input_bytes + cost.output_bytes >= cost.buffer_bytes else "")
+    rotation = (f" and {format_bytes(cost.buffer_bytes)} of rotation buffers (weight or "
+                "input blocks, whatever the tokens)" if cost.buffer_bytes else "")
     raise MappingError(
         f"{model.name}: with workload.sram_buffers = working_set, {gemm} under the {kind} "
-        f"partition needs {format_bytes(working)} per core (input, output and rotation "
-        f"buffers at {tokens} tokens) plus {STREAM_BUFFERS} weight tiles of "
-        f"{format_bytes(config.weight_tile_bytes)}, but a core has "
-        f"{format_bytes(sram_bytes)} of SRAM; expected fewer tokens per iteration ({setting} "
-        f"= {tokens}), another partition (workload.partition), a larger TP "
+        f"partition needs {format_bytes(cost.working_set_bytes)} per core: "
+        f"{format_bytes(cost.input_bytes + cost.output_bytes)} of input and output slices "
+        f"at {tokens} tokens{rotation}, plus {STREAM_BUFFERS} weight tiles of "
+        f"{format_bytes(config.weight_tile_bytes)}; a core has "
+        f"{format_bytes(sram_bytes)} of SRAM; expected {first}another partition "
+        f"(workload.partition: k streams weights through the tile buffers), a larger TP "
         f"({getattr(config, 'tp_setting', 'workload.tp')}), more SRAM per core "
         "(hw.core.sram.capacity_bytes) or workload.sram_buffers = activations")
 
@@ -204,11 +220,12 @@ def plan_stages(device, model, config, layer_ranges: list[range], groups, all_co
                                         streamed=bool(hbm_bytes))
                     for index, layers in enumerate(layer_ranges)]
     exact_buffers = [max(activations, working) + STREAM_BUFFERS * config.weight_tile_bytes
-                     for working, _ in working_sets]
+                     for working, _, _ in working_sets]
     stage_buffers = [buffers] * len(layer_ranges)
     if getattr(config, "sram_buffers", "activations") == "working_set":
-        for (working, gemm), exact in zip(working_sets, exact_buffers):
-            _check_working_set(config, model, gemm, working, exact, sram_bytes)
+        for (working, gemm, cost), exact in zip(working_sets, exact_buffers):
+            if working > activations:  # else the activation buffers' check below says why
+                _check_working_set(config, model, gemm, cost, exact, sram_bytes)
         stage_buffers = exact_buffers
         buffers = max(stage_buffers)
     if buffers > sram_bytes:  # per core: say what sizes them and what to change

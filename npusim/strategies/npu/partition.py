@@ -324,12 +324,13 @@ def rotation_buffer_bytes(gemm: GemmSpec, ring_size: int, rotate: str, block_byt
     A ring of ``R`` members receives ``R - 1`` blocks of ``block_bytes``, two at a time
     (a block arrives once the one two steps back has been used and forwarded).  A
     streamed own weight block (``rotate == "weight"``) is loaded into one of those two
-    buffers, so it needs ``min(2, R)``; a resident one lives with the weights, and an
-    own input block is the input slice.  With ``rotate == "input"`` a streamed
+    buffers, so it needs ``min(2, R)`` for ``R > 1`` (alone, it streams through the
+    core's shared tile buffers); a resident one lives with the weights, and an own
+    input block is the input slice.  With ``rotate == "input"`` a streamed
     stationary weight slice is loaded whole and kept for every step
     (``stationary_weight_bytes``)."""
     streamed = gemm.weights_in == "hbm"
-    received = ring_size if rotate == "weight" and streamed else ring_size - 1
+    received = ring_size if rotate == "weight" and streamed and ring_size > 1 else ring_size - 1
     return (min(2, received) * block_bytes
             + (stationary_weight_bytes if rotate == "input" and streamed else 0))
 
@@ -404,6 +405,11 @@ def rotate_rings(ports: Ports, gemm: GemmSpec, rings: Sequence[Sequence[int]],
                     if s == 0:
                         if rotate == "input":
                             data = list(ready.get(core, ()))
+                        elif gemm.weights_in == "hbm" and R == 1:
+                            # nothing rotates: the weights stream through the core's
+                            # two tile buffers, as the K partition's do
+                            data = [ports.load_tile(core, tile_bytes, (),
+                                                    f"{label}:load W{block}.{t}@core{core}")]
                         elif gemm.weights_in == "hbm":
                             data = [ports.load(core, tile_bytes, (),
                                                f"{label}:load W{block}.{t}@core{core}")]
@@ -422,6 +428,8 @@ def rotate_rings(ports: Ports, gemm: GemmSpec, rings: Sequence[Sequence[int]],
                     cid = graph.compute(f"core{core}.sa", gemm_op(gemm, m, k_loc, n),
                                         _unique(data + stationary_ready[core]),
                                         f"{label}:s{s} blk{block}.{t}@core{core}")
+                    if s == 0 and R == 1 and rotate == "weight" and gemm.weights_in == "hbm":
+                        ports.tile_used(core, cid)
                     used.append(cid)
                     partials[(c, p, t)] = (cid, ext)
                     outputs[core].append(cid)
