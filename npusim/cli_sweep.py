@@ -136,8 +136,9 @@ def sweep(
                         fg=typer.colors.YELLOW, err=True)
         if summary.rerun_for_requests:
             typer.secho(f"  {counted(summary.rerun_for_requests, 'finished serving point')} "
-                        "ran again to store per-request tables (stored without them, "
-                        "before store: {requests: true} was set)", fg=typer.colors.YELLOW,
+                        "ran again to store per-request tables (none was stored: they ran "
+                        "before store: {requests: true} was set, or the file was moved "
+                        "away)", fg=typer.colors.YELLOW,
                         err=True)
         if summary.failed_before:
             typer.secho(f"  {counted(summary.failed_before, 'point')} stored as failed by an earlier run "
@@ -266,6 +267,14 @@ def plot(
             for text in dict.fromkeys(str(w.message) for w in caught):
                 # points with no result yet: a note, not a Python warning
                 typer.secho(f"  note: {text}", fg=typer.colors.YELLOW, err=True)
+            if kind == "cdf" and requests is None and value and value not in frame.columns \
+                    and not value.startswith(("metrics.", "capacity.")) \
+                    and f"metrics.{value}" not in frame.columns:
+                raise NpusimError(
+                    f"--value {value}: not a column of the sweep's rows; a per-request "
+                    f"column such as ttft_ps needs the sweep's per-request tables (add store: "
+                    "{requests: true} to its spec and run it again with the same --out), and "
+                    "a metric is metrics.NAME")
             if kind == "line":
                 figure = analysis.plot_metric(frame, need("--x", x), need("--y", y), hue=hue,
                                              logx=logx)

@@ -65,22 +65,25 @@ def load_sweep_requests(out_dir: str | Path, columns: Iterable[str] | None = Non
         import warnings
 
         warnings.warn(f"{root}: {len(without)} of {len(without) + len(keys)} serving points "
-                      "that ran have no per-request table (they ran before "
-                      f"{STORE_OPTION} was set); run the sweep again with the same --out to "
-                      "store them; frame.attrs['points_without_requests'] counts them",
+                      "that ran have no stored per-request table (they ran before "
+                      f"{STORE_OPTION} was set, or the file was moved away); run the sweep "
+                      "again with the same --out to store them; "
+                      "frame.attrs['points_without_requests'] counts them",
                       stacklevel=2)
-    tables = [_read(root, key) for key in keys]
-    known = list(dict.fromkeys(c for t in tables for c in t.column_names
-                               if c not in ("key", "point")))
+    schemas = {key: _read(root, key, schema_only=True) for key in keys}
+    known = list(dict.fromkeys(c for names in schemas.values() for c in names
+                               if c not in ("key", "point")))  # ("point": tables of before)
+    params = [p for p in manifest.get("params", []) if p in points.columns and p not in known]
     if wanted is not None:
-        _check_known(root, wanted, known)
+        _check_known(root, [c for c in wanted if c not in params], known)
         known = [c for c in known if c in wanted]
-    tables = [t.select(["key"] + [c for c in known if c in t.column_names]) for t in tables]
+    # only the columns asked for are read: token_times_ps is most of a table's bytes
+    tables = [_read(root, key, ["key"] + [c for c in known if c in schemas[key]])
+              for key in keys]
     # a column all null in one point's table (no request was rejected) takes the others' type
     table = pa.concat_tables(tables, promote_options="permissive")
     frame = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     frame = plain_whole_numbers(frame)  # int64 where no request lacks the value
-    params = [p for p in manifest.get("params", []) if p in points.columns and p not in known]
     frame = frame.merge(points[["point", *params, "key"]], on="key", how="left", sort=False)
     frame = frame[["point", *params, *[c for c in known if c in frame.columns], "key"]].copy()
     frame.attrs.update(sweep_dir=str(root), points_total=points.attrs["points_total"],
@@ -131,8 +134,9 @@ def _why_none(root: Path, manifest: dict, expected: set[str], ran: "pd.DataFrame
         return (f"{root}: no per-request tables: no point of this sweep is a serving run "
                 "(workload.kind: serving); a GEMM or a single LLM request has none")
     if without:
-        return (f"{root}: no per-request tables yet: {len(without)} serving points ran "
-                f"before {STORE_OPTION} was set; {run_again} to store them")
+        return (f"{root}: no per-request tables yet: {len(without)} serving points have "
+                f"none stored (they ran before {STORE_OPTION} was set, or the files were "
+                f"moved away); {run_again} to store them")
     return (f"{root}: no per-request tables: no serving point has a result yet "
             f"({len(ran)} points ran; load_sweep shows each point's status and error)")
 
@@ -149,8 +153,9 @@ def _check_known(root: Path, wanted: list[str], known: list[str]) -> None:
                                 f"tables{hint}")
 
 
-def _read(root: Path, key: str):
-    """One point's stored table; :class:`StoreError` naming the file when it is damaged."""
+def _read(root: Path, key: str, columns: list[str] | None = None, schema_only: bool = False):
+    """One point's stored table (only ``columns`` when given; with ``schema_only`` its
+    column names); :class:`StoreError` naming the file when it is damaged."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -161,10 +166,13 @@ def _read(root: Path, key: str):
     advice = ("move it away; the next run of the sweep (with the same --out) runs its point "
               "again to store it")
     try:
-        table = pq.read_table(path)
+        if schema_only:
+            names = pq.read_schema(path).names
+        else:
+            return pq.read_table(path, columns=columns)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise StoreError(f"{path}: not a readable Parquet file ({_reason(exc)}); "
                          f"{advice}") from None
-    if "key" not in table.column_names:
+    if "key" not in names:
         raise StoreError(f"{path}: not a sweep's per-request table (no 'key' column); {advice}")
-    return table
+    return names

@@ -1,8 +1,9 @@
 """Per-request tables of a sweep's serving points, kept with ``store: {requests: true}``.
 
 Each finished serving point's per-request table (the one ``npusim run`` writes as
-``requests.csv``) is ``DIR/requests/<key>.parquet``, with ``key`` and ``point`` columns
-first so the tables concatenate.  The worker that ran the point turns the table into
+``requests.csv``) is ``DIR/requests/<key>.parquet``, with a ``key`` column first so
+the tables concatenate (no point number: a changed spec renumbers its points, and the
+readers join each table to its point by key).  The worker that ran the point turns the table into
 Parquet bytes (workers may share no file system with the driver); the driver writes
 them atomically, before the point's row, so a stored row of a serving point always has
 its table.  A point without one (a GEMM, a single LLM request) writes nothing.
@@ -28,9 +29,8 @@ REQUESTS_DIR = "requests"
 REQUESTS_FIELD = "_requests_parquet"
 
 
-def request_table_bytes(result: Any, key: str, point: int) -> bytes | None:
-    """``result``'s per-request table as Parquet bytes, with ``key`` and ``point``
-    columns first; None for a run without one (not a serving workload).  The columns
+def request_table_bytes(result: Any, key: str) -> bytes | None:
+    """``result``'s per-request table as Parquet bytes, with a ``key`` column first; None for a run without one (not a serving workload).  The columns
     and dtypes are :meth:`Result.table`'s (a whole-number column with gaps is stored
     as integers with nulls, not floats)."""
     if "requests" not in result.tables:
@@ -42,7 +42,6 @@ def request_table_bytes(result: Any, key: str, point: int) -> bytes | None:
     table = table.replace_schema_metadata(None)  # names the pandas version: not the data's
     rows = table.num_rows
     table = table.add_column(0, "key", pa.array([key] * rows, pa.string()))
-    table = table.add_column(1, "point", pa.array([point] * rows, pa.int64()))
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()

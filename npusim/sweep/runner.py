@@ -103,7 +103,7 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
 
                 result = simulate(task["config"])
                 row.update(kept_metrics(flatten_metrics(result.metrics), task.get("metrics")))
-                table = (request_table_bytes(result, task["key"], task["point"])
+                table = (request_table_bytes(result, task["key"])
                          if task.get("requests") else None)
                 if table is not None:  # popped by the driver, which writes it
                     row[REQUESTS_FIELD] = table

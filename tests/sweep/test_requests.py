@@ -180,8 +180,8 @@ def test_a_lost_table_is_warned_about_then_stored_again(stored, traces, tmp_path
     before = table_bytes(out)
     first = stored[1].points()[0]
     request_file(out, first.key).unlink()
-    with pytest.warns(UserWarning, match=r"1 of 2 serving points that ran have no per-request "
-                                         r"table"):
+    with pytest.warns(UserWarning, match=r"1 of 2 serving points that ran have no stored "
+                                         r"per-request table .*or the file was moved away"):
         frame = analysis.load_sweep_requests(out)
     assert set(frame["point"]) == {1} and frame.attrs["points_without_requests"] == 1
     summary = run_sweep(serving_spec(traces), out, executor="serial")
@@ -251,6 +251,28 @@ def test_the_reader_reads_chosen_columns_and_names_an_unknown_one(stored):
         analysis.load_sweep_requests(out, columns=["ttft"])
     with pytest.raises(AnalysisError, match="columns: expected a list of per-request column"):
         analysis.load_sweep_requests(out, columns=3)
+    # a swept parameter is always there: asking for it is no error
+    chosen = analysis.load_sweep_requests(out, columns=["workload.scheduler.token_budget",
+                                                        "status"])
+    assert list(chosen.columns) == ["point", "workload.scheduler.token_budget", "status", "key"]
+
+
+@pytest.mark.component
+def test_stored_tables_hold_the_key_not_a_point_number_and_are_read_by_column(stored,
+                                                                             monkeypatch):
+    import pyarrow.parquet as pq
+
+    out, spec = stored
+    # a changed spec renumbers points: the files join to them by key only
+    names = pq.read_schema(request_file(out, spec.points()[0].key)).names
+    assert names[0] == "key" and "point" not in names
+    read = []
+    real = pq.read_table
+    monkeypatch.setattr(pq, "read_table",
+                        lambda path, columns=None, **kw: (REQUESTS_DIR in str(path) and read.append(columns))
+                        or real(path, columns=columns, **kw))
+    analysis.load_sweep_requests(out, columns=["ttft_ps"])
+    assert read == [["key", "ttft_ps"]] * 2  # token_times_ps is not read
 
 
 @pytest.mark.component
@@ -303,6 +325,17 @@ def test_plot_cdf_of_a_sweep_draws_one_curve_per_point_or_hue_value(stored, tmp_
                         "--out", tmp_path / "m.png"], capsys)
     assert code == 2 and "no column 'ttft' in the per-request table; did you mean " \
                          "'ttft_ps'" in err, err
+
+
+@pytest.mark.component
+def test_plot_cdf_of_a_request_column_without_stored_tables_says_how_to_keep_them(
+        traces, tmp_path, capsys):
+    out = tmp_path / "plain"
+    assert run_sweep(serving_spec(traces, store=None), out, executor="serial").ok == 2
+    code, _, err = cli(["plot", out, "--kind", "cdf", "--value", "ttft_ps",
+                        "--out", tmp_path / "c.png"], capsys)
+    assert code == 2 and "--value ttft_ps: not a column of the sweep's rows" in err
+    assert "store: {requests: true}" in err
 
 
 @pytest.mark.component
