@@ -167,7 +167,8 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     Returns ``(frame, edges_ps)``: one row per unit, one column per bin, values in
     [0, 1] (overlapping tasks on one unit count once: a unit cannot be more than busy).
     ``group="kind"`` gives one row per kind of unit (:func:`unit_kind`, labelled
-    ``core*.sa (64)``) holding the mean over its units; ``None`` (default) groups only
+    ``core*.sa (64)``) holding the mean over its units that ran tasks (a unit with no
+    row in the ops table, an idle core's array, is not in the count); ``None`` (default) groups only
     when there are more than :data:`AUTO_GROUP_UNITS` units and ``units`` does not
     choose them.  ``frame.attrs["units"]``
     is the number of units behind the rows either way.

@@ -37,7 +37,9 @@ def plot_utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str]
     ax.figure.colorbar(image, ax=ax, label="busy fraction")
     cut = (" (per-task rows stop at run.trace_max_tasks: the run goes on after)"
            if _trace_cut(source) else "")
-    what = (f"mean utilisation per kind of unit over time ({frame.attrs['units']} units)"
+    count = frame.attrs.get("units", 0)
+    what = (f"mean utilisation per kind of unit over time ({count} unit{'s' * (count != 1)} "
+            "that ran tasks)"
             if frame.attrs.get("grouped") else "per-unit utilisation over time")
     ax.set_title(title or _wrapped(what + cut), fontsize="medium")
     return ax.figure
