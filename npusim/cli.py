@@ -164,7 +164,7 @@ def _working_set_row(table, memory: list[dict], prefix: str) -> None:
             if stage.get("sram_buffer_working_set_bytes", 0) > stage["sram_buffer_bytes"]]
     if over:
         exact, reserved = max(over)
-        table.add_row(f"{prefix}SRAM buffers / working set (workload.sram_buffers)",
+        table.add_row(f"{prefix}SRAM buffers / working set",
                       f"{format_bytes(reserved)} / {format_bytes(exact)}")
 
 

@@ -184,7 +184,7 @@ def test_console_shows_the_working_set_beyond_the_reservation(tmp_path, capsys):
         main(["run", LLM, "--set", "run.mode=analytic", "--set", "workload.output_len=2",
               "--out", str(tmp_path)])
     row = next(line for line in capsys.readouterr().out.splitlines()
-               if "SRAM buffers / working set (workload.sram_buffers)" in line)
+               if "SRAM buffers / working set" in line)
     assert "17.5 MiB / 28.2 MiB" in row
 
 
