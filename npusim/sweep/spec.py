@@ -42,7 +42,8 @@ from npusim.sweep.paths import (MISSING, config_hash, format_override, get_path,
                                 input_file_digests)
 from npusim.sweep.spec_paths import base_defaults, check_paths
 from npusim.sweep.spec_sections import (_check_each_path_set_once, _parse_constraints,
-                                        _parse_derived, _parse_set, _parse_store)
+                                        _parse_derived, _parse_set, _parse_store,
+                                        unknown_keys)
 
 _TOP_KEYS = ("name", "description", "base", "set", "axes", "derived", "constraints",
              "on_invalid", "capacity", "metrics", "store")
@@ -358,11 +359,7 @@ def _parse_capacity(value: Any, bad) -> dict[str, Any] | None:
                         f"max_probes: 16, seeds: 1, lengthen: 0}} (or true for those), "
                         f"got {value!r}")
         return None
-    for key in value:
-        if key not in _CAPACITY_KEYS:
-            close = difflib.get_close_matches(str(key), _CAPACITY_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            bad(f"capacity.{key}", f"unknown key{hint} (known keys: {', '.join(_CAPACITY_KEYS)})")
+    unknown_keys(value, _CAPACITY_KEYS, "capacity", bad)
     settings = {key: value.get(key, default) for key, default in _CAPACITY_KEYS.items()}
     names = {"target_attainment": "attainment", "tolerance": "tolerance",
              "max_probes": "max_probes", "seeds": "seeds", "lengthen": "lengthen"}

@@ -132,23 +132,29 @@ def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
 STORE_KEYS = ("requests",)
 
 
+def unknown_keys(value: Mapping, known, section: str, bad) -> None:
+    """Report each key of a ``section:`` mapping that is not in ``known``, with the
+    closest known one."""
+    import difflib
+
+    for key in value:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            bad(f"{section}.{key}", f"unknown key{hint} (known keys: {', '.join(known)})")
+
+
 def _parse_store(value: Any, bad) -> bool:
     """``store:``, what the results store keeps beside each point's row: ``requests:
     true`` keeps a serving point's per-request table (``DIR/requests/<key>.parquet``).
     Returns whether it keeps them."""
-    import difflib
-
     example = "{requests: true} (keep each serving point's per-request table)"
     if value is None:
         return False
     if not isinstance(value, Mapping):
         bad("store", f"expected a mapping such as {example}, got {value!r}")
         return False
-    for key in value:
-        if key not in STORE_KEYS:
-            close = difflib.get_close_matches(str(key), STORE_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            bad(f"store.{key}", f"unknown key{hint} (known keys: {', '.join(STORE_KEYS)})")
+    unknown_keys(value, STORE_KEYS, "store", bad)
     requests = value.get("requests", False)
     if not isinstance(requests, bool):
         bad("store.requests", f"expected true or false, got {requests!r}")
