@@ -168,15 +168,14 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     [0, 1] (overlapping tasks on one unit count once: a unit cannot be more than busy).
     ``group="kind"`` gives one row per kind of unit (:func:`unit_kind`, labelled
     ``core*.sa (64)``) holding the mean over its units that ran tasks (a unit with no
-    row in the ops table, an idle core's array, is not in the count); ``None`` (default) groups only
-    when there are more than :data:`AUTO_GROUP_UNITS` units and ``units`` does not
-    choose them.  ``frame.attrs["units"]``
-    is the number of units behind the rows either way.
+    row in the ops table, an idle core's array, is not in the count); ``None`` (default)
+    groups only when there are more than :data:`AUTO_GROUP_UNITS` units and ``units``
+    does not choose them.  ``frame.attrs["units"]`` is the number of units behind the
+    rows either way.
     """
     if group is not None and group not in TIMELINE_GROUPS:
         raise AnalysisError(f"group: expected one of {', '.join(TIMELINE_GROUPS)} (or None: "
                             f"by kind above {AUTO_GROUP_UNITS} units), got {group!r}")
-    rows_by = group
     import numpy as np
     import pandas as pd
 
@@ -212,15 +211,15 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
     start, end = int(ops["start_ps"].min()), int(ops["end_ps"].max())
     edges = np.linspace(start, end, bins + 1)
     rows = {}
-    for unit, group in sorted(ops.groupby("unit", sort=False),
+    for unit, tasks in sorted(ops.groupby("unit", sort=False),
                               key=lambda item: natural_key(str(item[0]))):
         busy = np.zeros(bins)
-        for lo, hi in _merged(group["start_ps"].to_numpy(), group["end_ps"].to_numpy()):
+        for lo, hi in _merged(tasks["start_ps"].to_numpy(), tasks["end_ps"].to_numpy()):
             overlap = np.clip(np.minimum(edges[1:], hi) - np.maximum(edges[:-1], lo), 0, None)
             busy += overlap
         rows[unit] = busy / np.diff(edges)
     frame = pd.DataFrame.from_dict(rows, orient="index").clip(0, 1)
-    if rows_by == "kind" or (rows_by is None and units is None and len(frame) > AUTO_GROUP_UNITS):
+    if group == "kind" or (group is None and units is None and len(frame) > AUTO_GROUP_UNITS):
         members: dict[str, list[str]] = {}
         for unit in frame.index:
             members.setdefault(unit_kind(str(unit)), []).append(str(unit))
