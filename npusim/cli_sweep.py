@@ -177,7 +177,7 @@ def plot(
     hue: Optional[str] = typer.Option(None, "--hue", metavar="COLUMN",
                                       help="line: one line per value; "
                                       "cdf: one curve per value (a sweep's requests: "
-                                      "default one per point)."),
+                                      "default one per point, named by the parameters that differ)."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
     bins: int = typer.Option(100, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
                              "(1 to 100,000)."),
@@ -285,7 +285,10 @@ def plot(
                 figure = analysis.plot_pareto(frame, need("--x", x), need("--y", y),
                                               minimize=(True, not maximize), label=hue)
             elif requests is not None:  # one curve per point, or per value of --hue
-                figure = analysis.plot_latency_cdf(requests, column=value, by=hue or "point")
+                # a point's curve is labelled by the parameters that tell it apart
+                figure = analysis.plot_latency_cdf(
+                    requests, column=value,
+                    by=hue or analysis.varying_params(requests) or "point")
             else:
                 figure = analysis.plot_latency_cdf(frame[frame["status"] == "ok"],
                                                    column=need("--value", value), by=hue)

@@ -11,13 +11,14 @@ pandas and matplotlib load on first use, so ``import npusim.analysis`` is cheap.
 
 from __future__ import annotations
 
-__all__ = ["load_sweep", "load_sweep_requests", "pareto_front", "utilisation_timeline",
+__all__ = ["load_sweep", "load_sweep_requests", "varying_params", "pareto_front", "utilisation_timeline",
            "latency_samples", "request_table", "iteration_table", "plot_serving_timeline",
            "capacity_probes", "plot_capacity", "token_table",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "new_figure", "AnalysisError"]
 
 _HOMES = {"load_sweep": "sweep_results", "load_sweep_requests": "sweep_requests",
+          "varying_params": "sweep_requests",
           "pareto_front": "frames", "utilisation_timeline": "frames",
           "latency_samples": "frames", "request_table": "frames", "AnalysisError": "frames",
           "iteration_table": "frames", "plot_serving_timeline": "run_plots",

@@ -256,14 +256,21 @@ def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] 
     return ax.figure
 
 
-def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = None,
-                     ax: "Axes | None" = None, title: str | None = None) -> "Figure":
+def plot_latency_cdf(source: Any, column: str | None = None,
+                     by: str | list[str] | None = None, ax: "Axes | None" = None,
+                     title: str | None = None) -> "Figure":
     """Empirical CDF of latencies: per request when the source has a per-request
     table, else of ``column`` of a DataFrame, else of task durations in the ops table;
-    one curve per value of ``by`` (e.g. ``type`` of an ops table, a swept parameter)."""
+    one curve per value of ``by`` (e.g. ``type`` of an ops table, a swept parameter), or
+    per combination of the values of a list of columns (the swept parameters of
+    :func:`~npusim.analysis.load_sweep_requests`: curves labelled
+    ``prefill_cores=42, decode_cores=21``)."""
     import numpy as np
     import pandas as pd
 
+    by_columns = [by] if isinstance(by, str) else list(by) if by is not None else []
+    if by is not None and not by_columns:
+        raise AnalysisError("by: expected a column name or a non-empty list of them, got []")
     if by is not None:
         what = "table"
         if not isinstance(source, pd.DataFrame):
@@ -274,8 +281,10 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
             requests = request_table(source)
             source, what = (requests, "per-request table") if requests is not None else \
                 (as_ops(source), "ops table")
-        require_columns(source, (by,), what)
-        groups = [(value, group) for value, group in source.groupby(by, sort=True, dropna=False)]
+        require_columns(source, by_columns, what)
+        grouped = source.groupby(by_columns if len(by_columns) > 1 else by_columns[0],
+                                 sort=True, dropna=False)
+        groups = [(_curve_label(by_columns, value), group) for value, group in grouped]
     else:
         groups = [(None, source)]
     samples = [(value, *latency_samples(group, column)) for value, group in groups]
@@ -289,7 +298,7 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
         values = np.sort(series.to_numpy(dtype=float)) / factor
         if len(values):
             ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                    label=None if by is None else f"{by}={_tick(by, value)}")
+                    label=value)
     ax.set_xlabel(label)
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(0, 1.02)
@@ -298,6 +307,16 @@ def plot_latency_cdf(source: Any, column: str | None = None, by: str | None = No
     ax.grid(True, alpha=0.3)
     ax.set_title(title or _wrapped(f"CDF of {name}{_left_out(source)}"), fontsize="medium")
     return ax.figure
+
+
+def _curve_label(columns: list[str], value: Any) -> str:
+    """``name=value`` per column of ``by`` (a dotted config path by its last component,
+    unless two columns share it), values as tick labels (``128 MiB``)."""
+    values = value if len(columns) > 1 else (value,)
+    short = [str(c).rsplit(".", 1)[-1] for c in columns]
+    names = short if len(set(short)) == len(short) else [str(c) for c in columns]
+    return ", ".join(f"{name}={_tick(column, v)}"
+                     for name, column, v in zip(names, columns, values))
 
 
 def _left_out(source: Any) -> str:

@@ -34,7 +34,9 @@ def load_sweep_requests(out_dir: str | Path, columns: Iterable[str] | None = Non
     ``token_times_ps`` text is most of a table's size).  Rows are in point order, then
     in each table's order.
 
-    ``frame.attrs`` holds ``sweep_dir``, ``points_total`` and ``points_missing`` (as
+    ``frame.attrs`` holds ``sweep_dir``, ``params`` (the parameter columns, in the
+    spec's order: :func:`varying_params` picks those that tell the points apart),
+    ``points_total`` and ``points_missing`` (as
     :func:`load_sweep`), ``points_with_requests`` and ``points_without_requests``
     (serving points that ran but whose table is not stored: they ran before the option
     was set, and the next run of the sweep stores them; also a warning).
@@ -86,10 +88,20 @@ def load_sweep_requests(out_dir: str | Path, columns: Iterable[str] | None = Non
     frame = plain_whole_numbers(frame)  # int64 where no request lacks the value
     frame = frame.merge(points[["point", *params, "key"]], on="key", how="left", sort=False)
     frame = frame[["point", *params, *[c for c in known if c in frame.columns], "key"]].copy()
-    frame.attrs.update(sweep_dir=str(root), points_total=points.attrs["points_total"],
+    frame.attrs.update(sweep_dir=str(root), params=params,
+                       points_total=points.attrs["points_total"],
                        points_missing=points.attrs["points_missing"],
                        points_with_requests=len(keys), points_without_requests=len(without))
     return frame
+
+
+def varying_params(frame: "pd.DataFrame") -> list[str]:
+    """The parameter columns of a :func:`load_sweep_requests` frame whose value differs
+    between its points (nulls count as a value): what to label its curves by, e.g.
+    ``plot_latency_cdf(frame, "ttft_ps", by=varying_params(frame) or "point")``."""
+    params = [p for p in frame.attrs.get("params", []) if p in frame.columns]
+    per_point = frame.drop_duplicates("point")
+    return [p for p in params if per_point[p].astype(str).nunique(dropna=False) > 1]
 
 
 def _wanted_columns(columns: Any) -> list[str] | None:

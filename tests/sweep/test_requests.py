@@ -115,6 +115,9 @@ def test_each_point_keeps_the_table_its_run_gives(stored):
     frame = analysis.load_sweep_requests(out)
     assert frame.attrs["points_with_requests"] == 2 and frame.attrs["points_without_requests"] == 0
     assert list(frame.columns[:2]) == ["point", "workload.scheduler.token_budget"]
+    assert frame.attrs["params"] == ["workload.scheduler.token_budget"]
+    assert analysis.varying_params(frame) == ["workload.scheduler.token_budget"]
+    assert analysis.varying_params(frame[frame["point"] == 1]) == []  # one point: none
     assert frame.columns[-1] == "key"
     for point in points:
         expected = simulate(point.config).requests
@@ -308,9 +311,8 @@ def test_plot_cdf_of_a_sweep_draws_one_curve_per_point_or_hue_value(stored, tmp_
                                  tmp_path / "cdf.png"], capsys)
         assert code == 0 and "wrote" in stdout, err
     labels = [[line.get_label() for line in fig.axes[0].get_lines()] for fig in drawn]
-    assert labels[0] == labels[1] == ["point=0", "point=1"]
-    assert labels[2] == ["workload.scheduler.token_budget=16",
-                         "workload.scheduler.token_budget=512"]
+    # each point's curve is named by the parameter that tells it apart (was point=0, 1)
+    assert labels[0] == labels[1] == labels[2] == ["token_budget=16", "token_budget=512"]
     assert "e2e" in drawn[0].axes[0].get_xlabel() and "ttft" in drawn[1].axes[0].get_xlabel()
     # a row's metric still draws the CDF over the points
     code, _, err = cli(["plot", out, "--kind", "cdf", "--value", "metrics.ttft_ms_mean",
