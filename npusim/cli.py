@@ -436,6 +436,7 @@ def validate(
 
 from npusim.cli_sweep import register as _register_sweep; _register_sweep(app)  # noqa: E402,E702
 from npusim.cli_capacity import register as _register_capacity; _register_capacity(app)  # noqa: E402,E702
+from npusim.cli_compare import register as _register_compare; _register_compare(app)  # noqa: E402,E702
 
 
 def main(argv: list[str] | None = None) -> None:

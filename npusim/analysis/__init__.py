@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["load_sweep", "load_sweep_requests", "varying_params", "pareto_front", "utilisation_timeline",
            "latency_samples", "request_table", "iteration_table", "plot_serving_timeline",
-           "capacity_probes", "plot_capacity", "token_table",
+           "capacity_probes", "plot_capacity", "token_table", "compare_runs", "config_diff",
            "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "new_figure", "AnalysisError"]
 
@@ -25,7 +25,8 @@ _HOMES = {"load_sweep": "sweep_results", "load_sweep_requests": "sweep_requests"
           "capacity_probes": "frames", "plot_capacity": "run_plots",
           "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
           "plot_latency_cdf": "plots", "plot_utilisation_timeline": "run_plots",
-          "save_figure": "plots", "new_figure": "plots", "token_table": "tokens"}
+          "save_figure": "plots", "new_figure": "plots", "token_table": "tokens",
+          "compare_runs": "compare", "config_diff": "compare"}
 
 
 def __getattr__(name: str):

@@ -28,29 +28,16 @@ _EXTRA_TABLES = ("requests", "iterations")
 def read_result(out_dir: str | Path) -> "Result":
     """The run written in ``out_dir``; :class:`OutputError` naming what is missing or
     damaged."""
-    import yaml
-
     from npusim.analysis.frames import AnalysisError, iteration_table, read_table, request_table
     from npusim.metrics.result import OP_COLUMNS, SEGMENT_COLUMNS, Result
 
     root = Path(out_dir)
-    if not root.is_dir():
-        raise OutputError(f"{root}: no such directory; expected a run directory "
-                          "(npusim run --out DIR)")
-    missing = [name for name in _REQUIRED if not (root / name).is_file()]
-    if missing:
-        raise OutputError(f"{root}: no {', '.join(missing)}; expected a run directory "
-                          "(npusim run --out DIR writes them)")
+    metrics, config = read_metrics_and_config(root, _REQUIRED)
     try:
-        metrics = json.loads((root / "metrics.json").read_text())
-        config = yaml.safe_load((root / "config.resolved.yaml").read_text())
         host_file = root / "host.json"
         host = json.loads(host_file.read_text()) if host_file.is_file() else {}
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except (OSError, ValueError) as exc:
         raise OutputError(f"{root}: cannot read the run back ({exc})") from None
-    if not isinstance(metrics, dict) or not isinstance(config, dict):
-        raise OutputError(f"{root}: metrics.json and config.resolved.yaml must each hold a "
-                          "mapping")
     try:
         # (a column missing from a hand-edited file: an error naming it, not a KeyError)
         ops = read_table(root / "ops.csv", "ops table", "task", required=OP_COLUMNS)
@@ -72,6 +59,34 @@ def read_result(out_dir: str | Path) -> "Result":
     return Result(metrics=metrics, op_columns=op_columns, unit_stats=unit_stats,
                   config=config, host=host, segment_rows=segment_rows,
                   tables={name: _rows(frame) for name, frame in tables.items()})
+
+
+def read_metrics_and_config(out_dir: str | Path,
+                            required: tuple[str, ...] = ("metrics.json", "config.resolved.yaml")
+                            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``metrics.json`` and ``config.resolved.yaml`` of the run in ``out_dir`` (without
+    its tables: what comparing runs needs); :class:`OutputError` naming the directory
+    when it is not a run directory, one of ``required`` is missing or a file is
+    damaged."""
+    import yaml
+
+    root = Path(out_dir)
+    if not root.is_dir():
+        what = "is a file, not a directory" if root.exists() else "no such directory"
+        raise OutputError(f"{root}: {what}; expected a run directory (npusim run --out DIR)")
+    missing = [name for name in required if not (root / name).is_file()]
+    if missing:
+        raise OutputError(f"{root}: no {', '.join(missing)}; expected a run directory "
+                          "(npusim run --out DIR writes them)")
+    try:
+        metrics = json.loads((root / "metrics.json").read_text())
+        config = yaml.safe_load((root / "config.resolved.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise OutputError(f"{root}: cannot read the run back ({exc})") from None
+    if not isinstance(metrics, dict) or not isinstance(config, dict):
+        raise OutputError(f"{root}: metrics.json and config.resolved.yaml must each hold a "
+                          "mapping")
+    return metrics, config
 
 
 def _plain(values: "pd.Series") -> list:

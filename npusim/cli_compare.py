@@ -1,0 +1,123 @@
+"""``npusim compare``: runs side by side, the settings that differ and the metrics'
+change (:mod:`npusim.analysis.compare`); registered on the main app by :func:`register`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from npusim.cli_common import OnceOptionsCommand
+from npusim.cli_common import guard as _guard
+
+
+def compare(
+    runs: List[Path] = typer.Argument(..., metavar="RUN_DIR...",
+                                      help="Two or more run directories (npusim run --out "
+                                      "DIR); the first is the baseline."),
+    metric: Optional[List[str]] = typer.Option(
+        None, "--metric", "-m", metavar="PATTERN",
+        help="A metric to show, by its metrics.json path or a glob (ttft_ms_*, energy.*, "
+        "'*' for all); repeatable.  Default: the headline metrics the runs have."),
+    name: Optional[List[str]] = typer.Option(
+        None, "--name", metavar="NAME", help="A column name per run, in order (default: "
+        "the directories' names); repeatable."),
+    csv: Optional[str] = typer.Option(None, "--csv", metavar="FILE",
+                                      help="Also write the metrics table to FILE as CSV."),
+) -> None:
+    """Runs side by side: the settings that differ, each metric's change.
+
+    The settings are those of the runs' resolved configurations; the changes are
+    relative to the first run."""
+    def action() -> None:
+        from rich.console import Console
+
+        from npusim import analysis
+        from npusim.core.output_paths import atomic_output, check_output_file, option_path
+
+        target = option_path(csv, "--csv", "a CSV file name")
+        if target is not None:
+            check_output_file(target, "--csv")  # before reading: fail before any work
+        names = name or None
+        settings = analysis.config_diff(*runs, names=names)
+        metrics = analysis.compare_runs(*runs, metrics=metric or None, names=names)
+        console = Console()
+        console.print(_settings_table(settings) if len(settings) else
+                      "[bold]settings:[/bold] the resolved configurations are the same")
+        console.print(_metrics_table(metrics, len(runs)))
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)  # checked creatable above
+            with atomic_output(target, "the comparison") as handle:
+                metrics.to_csv(handle)
+            typer.echo(f"wrote {target}")
+
+    _guard(action)
+
+
+def _settings_table(settings):
+    from rich.table import Table
+
+    table = Table(title="settings that differ", show_header=True)
+    table.add_column("setting")
+    for column in settings.columns:
+        table.add_column(str(column), overflow="fold")
+    for path, row in settings.iterrows():
+        table.add_row(str(path), *(str(value) for value in row))
+    return table
+
+
+def _metrics_table(metrics, runs: int):
+    from rich.table import Table
+
+    table = Table(title="metrics (change relative to the first run)", show_header=True)
+    table.add_column("metric", no_wrap=True)  # a path cut short names nothing
+    names = list(metrics.columns[:runs])
+    for column in names:
+        table.add_column(str(column), justify="right")
+    for column in metrics.columns[runs:]:
+        table.add_column(str(column).replace(" change %", " vs " + str(names[0])),
+                         justify="right")
+    for path, row in metrics.iterrows():
+        cells = [_value(row[column], str(path)) for column in names]
+        cells += [_percent(row[column]) for column in metrics.columns[runs:]]
+        table.add_row(str(path), *cells)
+    return table
+
+
+def _value(value, path: str = "") -> str:
+    """A metric as the table shows it: byte counts in binary units (``30.9 TiB``),
+    integers whole, large numbers to one decimal, others to 4 significant digits, a
+    missing value as a dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:  # numpy scalars from a numeric column
+            value = value.item()
+        except AttributeError:
+            return str(value)
+    if isinstance(value, bool):
+        return str(value)
+    if "bytes" in path.rsplit(".", 1)[0] or path.endswith("_bytes"):
+        from npusim.core.units import format_bytes
+
+        return format_bytes(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)  # a whole number read back from a numeric column
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.1f}" if 1e3 <= abs(value) < 1e15 else f"{value:.4g}"
+
+
+def _percent(value) -> str:
+    """A change in percent to two decimals (``+0.00%``: changed by less than 0.005%;
+    exactly ``0%``: unchanged); empty where it means nothing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return "0%" if value == 0 else f"{value:+.2f}%"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``compare`` command to ``app``."""
+    app.command("compare", cls=OnceOptionsCommand)(compare)
