@@ -42,12 +42,32 @@ def deep_merge(base: Any, override: Any) -> Any:
     return copy.deepcopy(override)
 
 
-def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> Any:
-    """Replace every ``{preset: NAME, ...}`` mapping by the preset merged with its siblings."""
+def _preset_identity(name: str) -> str:
+    """The file a preset name stands for (resolved), so that a cycle is seen however
+    each file spells the next one."""
+    try:
+        found = locate(name) if is_preset_file(name) else hwconfig_root() / f"{name}.yaml"
+        return str(found.resolve())
+    except (OSError, ConfigError):
+        return name
+
+
+def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
+                    chain: tuple[tuple[str, str], ...] = (), origin: str | None = None) -> Any:
+    """Replace every ``{preset: NAME, ...}`` mapping by the preset merged with its siblings.
+
+    ``chain`` holds the ``(identity, name)`` of the presets being resolved around this
+    mapping and ``origin`` the file that named the first of them, so that presets
+    including each other are reported as the cycle they form, in that file.
+    """
+    origin = origin or source
     if depth > _MAX_PRESET_DEPTH:
-        raise ConfigError(source, [(path, "presets nest too deeply (a preset that includes itself?)")])
+        raise ConfigError(origin, [(path, f"presets nest more than {_MAX_PRESET_DEPTH} deep: "
+                                          f"{' -> '.join(n for _, n in chain)}; expected "
+                                          "fewer presets inside presets")])
     if isinstance(data, list):
-        return [resolve_presets(item, source, f"{path}[{i}]", depth) for i, item in enumerate(data)]
+        return [resolve_presets(item, source, f"{path}[{i}]", depth, chain, origin)
+                for i, item in enumerate(data)]
     if not isinstance(data, Mapping):
         return data
     data = dict(data)
@@ -64,11 +84,19 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0) -> A
             raise ConfigError(source, [
                 (join_path(path, "preset"), f"in {exc.source}{', ' + where if where else ''}: {msg}"
                  if inside else msg) for where, msg in exc.problems]) from None
+        identity = _preset_identity(name)
+        if any(identity == seen for seen, _ in chain):
+            cycle = " -> ".join([*(n for _, n in chain), name])
+            raise ConfigError(origin, [(join_path(path, "preset"), (
+                f"presets include each other in a cycle: {cycle}; expected a preset that "
+                "does not include itself (remove one of these preset: lines)"))])
         if is_preset_file(name):  # its own relative presets and files are next to it
             anchor_files(base, locate(name).resolve().parent)
-        base = resolve_presets(base, f"preset {name}", path, depth + 1)
+        base = resolve_presets(base, f"preset {name}", path, depth + 1,
+                               (*chain, (identity, name)), origin)
         data = deep_merge(base, data)
-    return {key: resolve_presets(value, source, join_path(path, key), depth) for key, value in data.items()}
+    return {key: resolve_presets(value, source, join_path(path, key), depth, chain, origin)
+            for key, value in data.items()}
 
 
 def _nested_homes(owner: type[BaseModel], key: str) -> list[str]:

@@ -228,6 +228,34 @@ def test_a_preset_may_be_a_yaml_file_next_to_the_file_that_names_it(tmp_path, mo
     assert "no file 'chips/absent.yaml'" in info.value.problems[0][1]
 
 
+def test_presets_that_include_each_other_are_a_cycle_named_in_the_scenario(tmp_path):
+    # Two preset files naming each other were reported as "presets nest too deeply" at
+    # 'hw', in the error of a preset 16 levels down, without the scenario or the files.
+    chips = tmp_path / "chips"
+    chips.mkdir()
+    (chips / "a.yaml").write_text("preset: b.yaml\nname: a\n")
+    (chips / "b.yaml").write_text("preset: a.yaml\n")
+    (chips / "self.yaml").write_text("preset: self.yaml\n")
+    scenario = tmp_path / "s.yaml"
+    for first, files in (("a", ["a.yaml", "b.yaml", "a.yaml"]), ("self", ["self.yaml"] * 2)):
+        scenario.write_text(f"name: s\nhw: {{preset: chips/{first}.yaml}}\n")
+        with pytest.raises(ConfigError) as info:
+            loader.load_raw(scenario)
+        assert info.value.source == str(scenario)
+        [(path, message)] = info.value.problems
+        assert path == "hw.preset"
+        assert message.startswith("presets include each other in a cycle: ")
+        assert [part.rsplit("/", 1)[-1] for part in
+                message.split(": ", 1)[1].split(";")[0].split(" -> ")] == files
+    # the same preset twice side by side (not inside itself) is no cycle
+    scenario.write_text("name: s\nx: {preset: chips/b.yaml, name: x}\n"
+                        "y: {sram: {preset: mem.yaml}}\nz: {sram: {preset: mem.yaml}}\n")
+    (tmp_path / "mem.yaml").write_text("capacity_bytes: 1MiB\n")
+    (chips / "b.yaml").write_text("kind: hw\n")
+    data = loader.load_raw(scenario)
+    assert data["y"] == data["z"] == {"sram": {"capacity_bytes": "1MiB"}}
+
+
 def test_a_preset_of_another_category_or_a_scenario_as_hw_is_one_problem(tmp_path):
     # They were reported as a device missing every field and holding thirty unknown keys.
     quickstart = REPO_ROOT / "workloads/scenarios/quickstart.yaml"
