@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from npusim.core.console import console
-from npusim.core.errors import NpusimError
+from npusim.core.errors import ConfigError, NpusimError
 from npusim.sweep.request_tables import (REQUESTS_FIELD, request_table_bytes,
                                          stored_request_keys, write_request_table)
 from npusim.sweep.spec import Point, SweepSpec, load_spec, spec_from_dict
@@ -340,6 +340,20 @@ def check_scheduler(address: str, *, flags: bool = True) -> None:
 
 # ------------------------------------------------------------------ driver
 
+def _spec_with_overrides(spec: Mapping | str | os.PathLike, extra: list[str]) -> SweepSpec:
+    """The spec given as a path or as its YAML mapping, checked with ``extra`` applied; a
+    malformed override is the ``overrides`` argument's error (as in simulate()), not one
+    of the spec's ``set:``."""
+    try:
+        if isinstance(spec, Mapping):
+            return spec_from_dict(spec, extra_set=extra)
+        return load_spec(spec, extra)
+    except ConfigError as exc:
+        if exc.source != "--set":
+            raise
+        raise ConfigError("overrides", exc.problems) from None
+
+
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: str = "local",
               workers: int | None = None, scheduler: str | None = None,
               retry_failed: bool = False, progress: bool = False,
@@ -359,10 +373,8 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, *, executor: st
     check_options(executor, workers, scheduler)
     check_mode(mode, "mode")
     extra = [*override_list(overrides), *([f"run.mode={mode}"] if mode is not None else [])]
-    if isinstance(spec, Mapping):  # the spec's YAML as a mapping, as simulate() takes one
-        spec = spec_from_dict(spec, extra_set=extra)
-    elif isinstance(spec, (str, os.PathLike)):
-        spec = load_spec(spec, extra)
+    if isinstance(spec, (Mapping, str, os.PathLike)):
+        spec = _spec_with_overrides(spec, extra)
     elif isinstance(spec, SweepSpec) and extra:
         raise NpusimError("overrides/mode: a checked SweepSpec is final; pass the spec as a "
                           "path or mapping to add them (or load_spec(path, extra_set))")

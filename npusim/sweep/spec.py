@@ -217,6 +217,12 @@ def load_spec(path: str | Path, extra_set: list[str] | tuple[str, ...] = ()) -> 
 def _with_extra_set(data: Any, extra_set: list[str] | tuple[str, ...]) -> Any:
     """``data`` with ``extra_set`` appended to its ``set:`` (a ``set:`` of another type
     stays as written: its own error names it)."""
+    from npusim.config.overrides import parse_override
+
+    for text in extra_set:  # a malformed one is the command line's, not set[N] of the spec
+        if not isinstance(text, str):
+            raise ConfigError("--set", [("", f"expected PATH=VALUE text, got {text!r}")])
+        parse_override(text)
     given = data.get("set") if isinstance(data, Mapping) else None
     if not extra_set or not (given is None or isinstance(given, (list, Mapping))):
         return data

@@ -290,3 +290,36 @@ def test_run_sweep_takes_overrides_and_a_mode_as_the_cli_does(tmp_path):
         run_sweep(spec, tmp_path / "b", mode="fast")
     with pytest.raises(NpusimError, match="a checked SweepSpec is final"):
         run_sweep(built, tmp_path / "c", mode="analytic")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("workload.m", ("workload.m", "expected PATH=VALUE")),
+    ("workload.cores=[0, 1", ("workload.cores", "got '[0, 1', which is not a YAML flow list")),
+])
+def test_a_malformed_command_line_override_is_the_overrides_not_the_specs_set(
+        tmp_path, capsys, text, problem):
+    # `npusim sweep SPEC --set workload.m` was reported as the spec file's own
+    # `set: expected a mapping path: value or a list of 'path=value', got [...]` (or
+    # `set.workload.cores` of the spec): a field the file does not hold.
+    from npusim.cli import main
+    from npusim.core.errors import ConfigError
+    from npusim.sweep.spec import spec_from_dict as checked
+
+    spec = {"name": "m", "base": str(REPO_ROOT / "workloads/scenarios/quickstart.yaml"),
+            "set": {"run.mode": "analytic"}, "axes": {"workload.m": [64]}}
+    with pytest.raises(ConfigError) as info:
+        checked(spec, "s.yaml", extra_set=[text])
+    assert info.value.source == "--set"
+    [(path, message)] = info.value.problems
+    assert path == problem[0] and message.startswith(problem[1])
+    with pytest.raises(ConfigError) as info:  # from Python, the argument's name
+        run_sweep(spec, tmp_path / "api", executor="serial", overrides=[text])
+    assert info.value.source == "overrides" and info.value.problems[0][0] == problem[0]
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text("name: m\nbase: " + spec["base"] + "\naxes: {workload.m: [64]}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(spec_file), "--out", str(tmp_path / "out"), "--set", text])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.startswith("error: --set: ") and "s.yaml" not in err
+    assert not (tmp_path / "out").exists()
