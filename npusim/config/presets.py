@@ -48,6 +48,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # PyYAML could not even say so
+                raise yaml.constructor.ConstructorError(
+                    None, None, "'<<' (a YAML 1.1 merge key) is not read: npusim reads YAML "
+                    "1.2; expected plain keys (write the shared keys out, or keep them in a "
+                    "file and start this mapping with preset: FILE.yaml)", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)

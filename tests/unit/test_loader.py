@@ -108,6 +108,22 @@ def test_an_explicitly_tagged_value_that_does_not_parse_is_a_located_yaml_error(
     assert info.value.problem_mark.line == 1
 
 
+def test_a_merge_key_is_a_located_error_saying_what_to_write_instead(tmp_path):
+    # `<<: *common` (docker-compose style) failed as "could not determine a constructor
+    # for the tag 'tag:yaml.org,2002:merge'": no word of merge keys or what to write.
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ncommon: &c {kind: gemm, m: 4}\nworkload:\n  <<: *c\n  m: 8\n")
+    with pytest.raises(ConfigError) as info:
+        loader.load_raw(scenario)
+    [(where, message)] = info.value.problems
+    assert where == "line 4, column 3"
+    assert message.startswith("YAML error: '<<' (a YAML 1.1 merge key) is not read")
+    assert "expected plain keys" in message and "preset: FILE.yaml" in message
+    from npusim.config.presets import parse_yaml
+
+    assert parse_yaml('"<<": 1') == {"<<": 1}  # a quoted key is plain text
+
+
 def test_a_sexagesimal_looking_limit_is_rejected_by_name_not_read_as_90():
     with pytest.raises(ConfigError, match=r"workload\.trace\.limit.*'1:30'"):
         loader.load_scenario(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml",
