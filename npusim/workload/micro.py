@@ -61,6 +61,10 @@ def lower_gemm(device, config: GemmWorkloadConfig, seed: int = 0) -> Program:
         if num_cores is not None and not 0 <= core < num_cores:
             raise MappingError(f"workload.cores: core {core} does not exist "
                                f"(the device has cores 0..{num_cores - 1})")
+    if config.weights_in == "hbm" and getattr(device.config, "hbm", False) is None:
+        raise MappingError("workload.weights_in = hbm streams the weights from each core's "
+                           "HBM, but the device has none (hw.hbm is not set); expected "
+                           "weights_in: sram on an SRAM-only chip, or an hbm section (hw.hbm)")
     parts = len(config.cores)
     sram = getattr(getattr(getattr(device.config, "core", None), "sram", None), "capacity_bytes", None)
     resident = config.k * -(-config.n // parts) * config.dtype_bytes  # the widest core's slice

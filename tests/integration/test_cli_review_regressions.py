@@ -162,6 +162,21 @@ def test_gemm_weight_tiles_that_do_not_fit_sram_are_an_error(tmp_path, capsys):
     assert code == 2 and "workload.repeat" in err and "1000000" in err
 
 
+def test_a_gemm_streaming_weights_from_hbm_on_a_chip_without_hbm_names_the_fields(tmp_path,
+                                                                                  capsys):
+    # An SRAM-only chip (hw.hbm: null, as the reference allows) with the default
+    # weights_in: hbm said only "endpoint 'core0.hbm': this device has no HBM".
+    code, _, err = run_cli(["run", QUICKSTART, "--mode", "analytic", "--out", tmp_path / "a",
+                            "--set", "hw.hbm=null"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "workload.weights_in = hbm" in err and "hw.hbm is not set" in err
+    assert "expected weights_in: sram" in err and "(set by --set hw.hbm=null)" in err
+    assert not (tmp_path / "a" / "metrics.json").exists()
+    code, _, _ = run_cli(["run", QUICKSTART, "--mode", "analytic", "--out", tmp_path / "b", "-q",
+                          "--set", "hw.hbm=null", "--set", "workload.weights_in=sram"], capsys)
+    assert code == 0
+
+
 # -- a new-user walkthrough (session 16) ----------------------------------------------------
 
 def test_a_file_level_problem_is_one_line_naming_the_file(tmp_path, capsys):
