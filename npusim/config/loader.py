@@ -73,8 +73,10 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
     data = dict(data)
     if "preset" in data:
         name = data.pop("preset")
-        if not isinstance(name, str):
-            raise ConfigError(source, [(join_path(path, "preset"), f"expected a preset name, got {name!r}")])
+        if not isinstance(name, str) or not name.strip():  # '' matched every preset's name
+            raise ConfigError(source, [(join_path(path, "preset"), (
+                f"expected a preset name such as npu/large_core_64 or a YAML file, got "
+                f"{name!r}"))])
         try:
             base = load_preset(name)
         except ConfigError as exc:

@@ -244,6 +244,17 @@ def test_a_preset_may_be_a_yaml_file_next_to_the_file_that_names_it(tmp_path, mo
     assert "no file 'chips/absent.yaml'" in info.value.problems[0][1]
 
 
+@pytest.mark.parametrize("name", ["", "  ", 5, ["npu/large_core_64"]])
+def test_an_empty_or_non_text_preset_name_says_a_name_is_expected(name):
+    # `--set hw.preset=` listed five unrelated presets as "did you mean" (every name
+    # contains '').
+    with pytest.raises(ConfigError) as info:
+        loader.resolve_presets({"hw": {"preset": name}}, "s.yaml")
+    [(path, message)] = info.value.problems
+    assert path == "hw.preset" and message == (
+        f"expected a preset name such as npu/large_core_64 or a YAML file, got {name!r}")
+
+
 def test_presets_that_include_each_other_are_a_cycle_named_in_the_scenario(tmp_path):
     # Two preset files naming each other were reported as "presets nest too deeply" at
     # 'hw', in the error of a preset 16 levels down, without the scenario or the files.
