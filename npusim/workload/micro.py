@@ -246,6 +246,19 @@ def _check_units(device, spec, index: int) -> None:
             raise MappingError(f"workload.tasks[{index}].{field}: {exc}") from None
 
 
+def _check_op_kind(device, unit_name: str, op: Op, index: int) -> None:
+    """A unit that cannot run the task's op is the task's error, named at its field (the
+    executor would name only the unit)."""
+    unit = device.compute_unit(unit_name) if hasattr(device, "compute_unit") else None
+    if unit is None or not hasattr(unit, "supports") or unit.supports(op):
+        return
+    able = [name for name in device.compute_units() if device.part(name).supports(op)]
+    shown = ", ".join(able[:3]) + (", ..." if len(able) > 3 else "")
+    raise MappingError(f"workload.tasks[{index}].unit: {unit_name} ({type(unit).__name__}) "
+                       f"cannot run the task's op.kind {op.kind!r}; expected a unit that "
+                       f"runs {op.kind} ops" + (f", such as {shown}" if able else ""))
+
+
 @register("workload", TaskGraphWorkloadConfig)
 def lower_taskgraph(device, config: TaskGraphWorkloadConfig, seed: int = 0) -> Program:
     graph = TaskGraph(name="taskgraph")
@@ -257,6 +270,7 @@ def lower_taskgraph(device, config: TaskGraphWorkloadConfig, seed: int = 0) -> P
         if isinstance(spec, ComputeSpec):
             op = Op(spec.op.kind, spec.op.m, spec.op.k, spec.op.n, spec.op.batch,
                     spec.op.elements, dtype_bytes=spec.op.dtype_bytes, name=spec.op.kind)
+            _check_op_kind(device, spec.unit, op, index)
             tid = graph.compute(spec.unit, op, deps, name)
         elif isinstance(spec, TransferSpec):
             tid = graph.transfer(spec.src, spec.dst, spec.size_bytes, deps, name,

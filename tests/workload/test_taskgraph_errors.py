@@ -52,6 +52,13 @@ def scenario(tmp_path):
      "compute unit such as core0.sa"),
     ("workload.tasks=[{type: compute, unit: core0.sa, op: {kind: gemm, m: 0}}]",
      "workload.tasks[0].op.m: "),
+    # a unit that cannot run the op named only the unit ("core0.vec: a vector unit runs ...")
+    ("workload.tasks=[{type: compute, unit: core0.vec, op: {kind: gemm}}]",
+     "workload.tasks[0].unit: core0.vec (VectorUnit) cannot run the task's op.kind 'gemm'; "
+     "expected a unit that runs gemm ops, such as core0.sa, core1.sa, core2.sa, ..."),
+    ("workload.tasks=[{type: compute, unit: core3.sa, op: {kind: softmax, elements: 8}}]",
+     "workload.tasks[0].unit: core3.sa (SystolicArray) cannot run the task's op.kind "
+     "'softmax'; expected a unit that runs softmax ops, such as core0.vec"),
     ("workload.tasks[0].type=foo", "workload.tasks[0]: unknown kind 'foo'"),
     ("workload.tasks=[{name: c, unit: core0.sa}]", "workload.tasks[0]: missing 'type:' key"),
 ])
