@@ -330,6 +330,12 @@ def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Pat
                                                   "not a hardware file; --hw expects what a "
                                                   "scenario's hw: holds (kind: npu, ... or "
                                                   "preset: npu/NAME)")])
+        if "hw" in hw and isinstance(hw["hw"], dict) and not {"kind", "preset", "core"} & set(hw):
+            raise ConfigError(str(hw_file), [("hw", "the hardware is inside an hw: key; --hw "
+                                                    "expects what a scenario's hw: holds at the "
+                                                    "top level (kind: npu, ... or preset: "
+                                                    "npu/NAME): remove the hw: line and unindent "
+                                                    "the rest")])
         _check_device_kind(hw, str(hw_file))
         anchor_files(hw, locate(hw_file).resolve().parent)
         data["hw"] = hw

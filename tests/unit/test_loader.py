@@ -310,6 +310,23 @@ def test_hw_may_name_a_shipped_preset(tmp_path, monkeypatch):
         loader.load_raw(quickstart, hw_file="npu/no_such_chip")
 
 
+def test_a_hw_file_with_its_section_key_says_to_unwrap_it(tmp_path):
+    # A hardware file copied out of a scenario with its `hw:` line gave three problems
+    # (core and noc missing, hw unknown) that hid the one mistake.
+    quickstart = REPO_ROOT / "workloads/scenarios/quickstart.yaml"
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("hw:\n  preset: npu/large_core_64\n  noc: {width: 8}\n")
+    with pytest.raises(ConfigError) as info:
+        loader.load_raw(quickstart, hw_file=hw)
+    assert info.value.source == str(hw)
+    [(path, message)] = info.value.problems
+    assert path == "hw" and message.startswith("the hardware is inside an hw: key; --hw "
+                                               "expects what a scenario's hw: holds")
+    hw.write_text("hw:\n  preset: npu/large_core_64\n")
+    with pytest.raises(ConfigError, match="remove the hw: line"):
+        loader.load_raw(quickstart, hw_file=hw)
+
+
 def test_errors_in_a_hw_file_name_that_file_and_its_own_field_paths(tmp_path):
     hw = tmp_path / "hw.yaml"
     hw.write_text("preset: npu/large_core_64\ncore: 5\n")
