@@ -8,6 +8,7 @@ import copy
 import difflib
 from typing import TYPE_CHECKING, Any, Mapping
 
+from npusim.config.overrides import join_path
 from npusim.core.errors import ConfigError
 from npusim.sweep import expr
 from npusim.sweep.paths import MISSING, format_override, get_path, split_path
@@ -49,13 +50,19 @@ def blame(spec: "SweepSpec", exc: ConfigError) -> list[tuple[str, str]]:
         return any(a == b or b.startswith(a + ".") or b.startswith(a + "[")
                    for a, b in ((assigned, path), (path, assigned)))
 
+    # an inline base is the spec's own base: section ("base.workload.m"), not another file
+    inline = spec.base_source == f"{spec.source} (base)"
+    in_base = (lambda path: join_path("base", path)) if inline else (
+        lambda path: f"base ({spec.base_source}): {path}")
     blamed = []
     for path, message in exc.problems:
         owner = next((a for a in paths if related(a, path)), None)
         if (path, message) in own or not paths:
-            blamed.append((f"base ({spec.base_source}): {path}", message))
+            blamed.append((in_base(path), message))
         elif owner is not None:
             blamed.append((f"set.{owner}" + ("" if owner == path else f" ({path})"), message))
+        elif inline:
+            blamed.append((f"{in_base(path)} (with set:)", message))
         else:
             blamed.append((f"base ({spec.base_source}) with set: {path}", message))
     return blamed

@@ -338,7 +338,14 @@ def test_set_errors_name_the_spec_field_not_the_base():
         spec_from_dict({"base": {"name": "b", "hw": {"preset": "npu/large_core_64"}},
                         "set": {"run.mode": "fast"}}, source="s.yaml")
     keys = [p for p, _ in info.value.problems]
-    assert "set.run.mode" in keys and "base (s.yaml (base)): workload" in keys
+    # an inline base is the spec's own base: section (was "base (s.yaml (base)): workload")
+    assert "set.run.mode" in keys and "base.workload" in keys
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"base": {"name": "b", "hw": {"preset": "npu/large_core_64"},
+                                 "workload": {"kind": "gemm", "m": 0, "k": 8, "n": 8}},
+                        "axes": {"run.seed": [1]}}, source="s.yaml")
+    assert info.value.source == "s.yaml"
+    assert [p for p, _ in info.value.problems] == ["base.workload.m"]
 
 
 def test_a_sweep_name_is_a_plain_name_and_a_scenario_is_not_a_spec():
