@@ -263,6 +263,9 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     if name is not None and not (isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name)):
         bad("name", f"expected a plain name (letters, digits, '_', '-', '.'; it is the default "
                     f"output directory out/sweeps/<name>), got {name!r}")
+    description = data.get("description")
+    if description is not None and not isinstance(description, str):  # as a scenario's
+        bad("description", f"expected text, got {description!r}")
     if "base" not in data:
         bad("base", "required: a scenario file or mapping to sweep around")
         raise ConfigError(source, problems)

@@ -354,6 +354,11 @@ def test_a_sweep_name_is_a_plain_name_and_a_scenario_is_not_a_spec():
                        source="s.yaml")
     with pytest.raises(ConfigError, match="looks like a scenario"):
         spec_from_dict({"name": "q", "hw": {}, "workload": {}}, source="quickstart.yaml")
+    # a list as the description was stored as its repr ("['a']"); a scenario refuses it
+    with pytest.raises(ConfigError) as info:
+        spec_from_dict({"description": ["a"], "base": QUICKSTART, "axes": {"workload.m": [64]}},
+                       source="s.yaml")
+    assert info.value.problems == [("description", "expected text, got ['a']")]
 
 
 def test_a_list_written_as_a_malformed_string_is_a_field_error():
