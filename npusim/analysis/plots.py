@@ -256,6 +256,26 @@ def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] 
     return ax.figure
 
 
+def _no_samples(source: Any, name: str) -> str:
+    """Why a CDF has nothing to draw: an untraced run, or requests none of which has the
+    value (every one rejected), named with the file they came from."""
+    import pandas as pd
+
+    from npusim.analysis.frames import _origin, request_table
+
+    if name == "duration_ps":
+        return f"no {name} samples to plot (the ops table is empty: was the run traced? " \
+               "run.trace=true)"
+    requests = source if isinstance(source, pd.DataFrame) else request_table(source)
+    if requests is None or "status" not in getattr(requests, "columns", ()):
+        return f"no {name} samples to plot"
+    statuses = ", ".join(f"{count} {status}" for status, count in
+                         requests["status"].value_counts(dropna=False).items())
+    return (f"{_origin(requests)}no {name} samples to plot: no request has a value in {name} "
+            f"({len(requests)} requests: {statuses or 'none'}); expected at least one "
+            "finished request (the reason column says why each was not)")
+
+
 def plot_latency_cdf(source: Any, column: str | None = None,
                      by: str | list[str] | None = None, ax: "Axes | None" = None,
                      title: str | None = None) -> "Figure":
@@ -290,8 +310,7 @@ def plot_latency_cdf(source: Any, column: str | None = None,
     samples = [(value, *latency_samples(group, column)) for value, group in groups]
     name = samples[0][2]
     if not any(len(series) for _, series, _ in samples):  # not a blank figure
-        raise AnalysisError(f"no {name} samples to plot" + (" (the ops table is empty: was "
-                            "the run traced? run.trace=true)" if name == "duration_ps" else ""))
+        raise AnalysisError(_no_samples(source, name))
     factor, label = _scale(name, [s.max() for _, s, _ in samples if len(s)])
     ax = _axes(ax)
     for value, series, _ in samples:

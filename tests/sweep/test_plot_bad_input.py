@@ -170,3 +170,25 @@ def test_out_without_a_figure_file_name_says_what_is_expected(runs, tmp_path, ca
                      expected.replace("{tmp}", str(tmp_path)))
     assert "unsupported figure format ''" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]  # nothing written
+
+
+def test_a_serving_run_that_finished_no_request_says_so_naming_its_files(tmp_path, capsys):
+    # "error: no e2e_ps samples to plot" named neither the run's file nor the reason
+    # (every request rejected), and an untraced run's timeline did not name its ops.csv.
+    trace = tmp_path / "long.csv"
+    trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\na,0,50000,4\nb,9,50000,4\n")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml"), "--trace", str(trace),
+              "--out", str(out), "-q"])
+    assert (info.value.code or 0) == 0
+    capsys.readouterr()
+    for extra in ([], ["--hue", "status"], ["--value", "ttft_ps"]):
+        value = extra[1] if extra[:1] == ["--value"] else "e2e_ps"
+        user_error(["plot", out, "--kind", "cdf", *extra, "--out", tmp_path / "f.png"], capsys,
+                   f"{out / 'requests.csv'}: no {value} samples to plot: no request has a "
+                   f"value in {value} (2 requests: 2 rejected); expected at least one "
+                   "finished request")
+    user_error(["plot", out, "--kind", "timeline", "--out", tmp_path / "f.png"], capsys,
+               f"{out / 'ops.csv'}: no timed tasks to plot (was the run traced?")
+    assert not (tmp_path / "f.png").exists()
