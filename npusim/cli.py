@@ -15,7 +15,8 @@ import typer
 
 from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
                                mode_option, name_option_origins, option_origins, set_option,
-                               trace_option, trace_override, whole_number)
+                               trace_option, trace_override, path_argument,
+                               whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.console import console
 from npusim.core.json_keys import natural_key
@@ -211,6 +212,7 @@ def _simulate_with_progress(simulate, config, quiet: bool):
              short_help="Simulate one scenario; write its metrics, tables and trace.")
 def run(
     scenario: Path = typer.Argument(..., metavar="SCENARIO",
+                                    parser=path_argument("a scenario YAML file"),
                                     help="Scenario YAML (hardware + workload + run)."),
     hw: Optional[str] = hw_option(),
     set_: List[str] = set_option(),

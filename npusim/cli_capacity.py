@@ -12,13 +12,15 @@ import typer
 
 from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
                                mode_option, name_option_origins, option_origins, set_option,
-                               trace_option, trace_override, real_number, whole_number)
+                               trace_option, trace_override, path_argument, real_number,
+                               whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.sweep.capacity import DEFAULTS
 
 
 def capacity(
     scenario: Path = typer.Argument(..., metavar="SCENARIO",
+                                    parser=path_argument("a serving scenario YAML file"),
                                     help="Serving scenario YAML (its trace is replayed faster "
                                     "or slower)."),
     hw: Optional[str] = hw_option(),

@@ -3,6 +3,7 @@ and options that take one value given at most once."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import typer
@@ -11,7 +12,7 @@ from typer.core import TyperCommand
 from npusim.core.errors import NpusimError
 
 __all__ = ["guard", "OnceOptionsCommand", "hw_option", "set_option", "mode_option",
-           "trace_option", "trace_override", "whole_number", "real_number",
+           "trace_option", "trace_override", "whole_number", "real_number", "path_argument",
            "option_origins", "name_option_origins"]
 
 
@@ -24,6 +25,19 @@ def whole_number(text: Any) -> int:
         return int(str(text).strip())
     except ValueError:
         raise typer.BadParameter(f"got {text!r}; expected a whole number, e.g. 4") from None
+
+
+def path_argument(expected: str) -> Callable[[Any], Path]:
+    """Parser for a path argument: an empty one (an unset shell variable) is a usage error
+    saying so; ``Path("")`` is the working directory, which the command would then
+    report as a directory that is not ``expected``."""
+    def parse(text: Any) -> Path:
+        if isinstance(text, Path):
+            return text
+        if not str(text).strip():
+            raise typer.BadParameter(f"got an empty path {str(text)!r}; expected {expected}")
+        return Path(text)
+    return parse
 
 
 def real_number(text: Any) -> float:

@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional
 import typer
 
 from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, mode_option,
-                               set_option, whole_number)
+                               path_argument, set_option, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.core.errors import NpusimError
 from npusim.core.output_paths import option_path
@@ -48,7 +48,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def sweep(
-    spec: Path = typer.Argument(..., metavar="SPEC", help="Sweep spec YAML (base scenario + axes)."),
+    spec: Path = typer.Argument(..., metavar="SPEC", parser=path_argument("a sweep spec YAML file"),
+                                help="Sweep spec YAML (base scenario + axes)."),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR", help="Results directory "
                                        "(default out/sweeps/<name>); re-running resumes."),
     executor: str = typer.Option("local", "--executor", metavar="local|dask|serial",
@@ -154,7 +155,8 @@ def sweep(
 
 
 def plot(
-    source: Path = typer.Argument(..., metavar="SOURCE", help="A sweep directory (npusim "
+    source: Path = typer.Argument(..., metavar="SOURCE", parser=path_argument(
+                                      "a sweep, run or capacity directory"), help="A sweep directory (npusim "
                                   "sweep --out), a run directory (npusim run --out) or a "
                                   "capacity search (npusim capacity --out)."),
     kind: str = typer.Option(..., "--kind", "-k", metavar="KIND",

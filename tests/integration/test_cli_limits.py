@@ -105,8 +105,12 @@ def test_options_name_themselves_not_the_scenario_key(option, needle, tmp_path, 
     expect_error(["run", str(QUICKSTART), *option, "--out", str(tmp_path)], capsys, needle)
 
 
-def test_an_empty_scenario_path_is_a_directory_not_a_file(capsys):
-    expect_error(["run", ""], capsys, "is a directory; expected a YAML file")
+def test_an_empty_scenario_path_is_named_as_empty(capsys):
+    # it was ".: is a directory; expected a YAML file" (Path('') is the working directory)
+    code, _, err = run_cli(["run", ""], capsys)
+    assert code == 2 and "Traceback" not in err and "is a directory" not in err
+    assert "got an empty path ''; expected a scenario YAML" in " ".join(
+        err.replace("│", " ").split())
 
 
 def test_a_reused_output_directory_loses_the_last_runs_serving_tables(tmp_path, capsys):

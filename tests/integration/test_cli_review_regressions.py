@@ -54,6 +54,21 @@ def test_an_empty_mode_or_hw_is_an_error_not_the_default(tmp_path, capsys):
     assert code == 2 and "--hw: got an empty path ''" in err   # it read the current directory
 
 
+@pytest.mark.parametrize("command, name, extra", [
+    ("run", "SCENARIO", []), ("capacity", "SCENARIO", []), ("sweep", "SPEC", []),
+    ("plot", "SOURCE", ["--kind", "timeline"])])
+def test_an_empty_path_argument_is_named_not_read_as_the_working_directory(
+        tmp_path, capsys, monkeypatch, command, name, extra):
+    # `npusim run "$SCENARIO"` with the variable unset said "error: .: is a directory;
+    # expected a YAML file": Path('') is the working directory.
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli([command, "", *extra], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert f"Invalid value for '{name}': got an empty path ''; expected " in \
+        " ".join(err.replace("│", " ").split())
+    assert ".: is a directory" not in err and list(tmp_path.iterdir()) == []
+
+
 def test_list_with_a_bad_preset_root_says_so(monkeypatch, capsys):
     monkeypatch.setenv("NPUSIM_HWCONFIGS", "/nonexistent")
     code, _, err = run_cli(["list"], capsys)
