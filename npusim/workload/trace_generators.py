@@ -340,11 +340,12 @@ def fixed_span_problem(n: int, spec: FixedArrival) -> str:
 
 
 def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,
-                   column: str = "prompt_tokens") -> np.ndarray:
+                   column: str = "prompt_tokens", *, where: str = "") -> np.ndarray:
     """``n`` lengths (int64 tokens, all >= 1) from a length spec.
 
     ``column`` is the field being generated; an empirical spec over a file resamples that
-    column unless it names another.
+    column unless it names another.  ``where`` is the spec's path in the configuration
+    (``workload.trace.prompt``): a file that cannot be found is reported at its ``file``.
     """
     spec = _as_spec(spec, _LENGTH, column.removesuffix("_tokens"))
     rng = rng if rng is not None else np.random.default_rng(0)
@@ -362,7 +363,13 @@ def sample_lengths(spec: Any, n: int, rng: np.random.Generator | None = None,
     if spec.values is not None:
         pool = np.asarray(spec.values, dtype=np.int64)
     else:
-        trace = read_trace(spec.file)
+        from npusim.workload.trace_readers import resolve_trace_path
+
+        try:  # as workload.trace.file is found: the working directory, then the checkout
+            path = resolve_trace_path(spec.file)
+        except TraceError as exc:
+            raise TraceError(f"{where}.file: {exc}" if where else str(exc)) from None
+        trace = read_trace(path)
         pool = np.array([getattr(r, spec.column or column) for r in trace], dtype=np.int64)
     return rng.choice(pool, size=n, replace=True)
 
@@ -415,8 +422,10 @@ def generate_trace(num_requests: int, arrival: Any, prompt: Any, output: Any,
     # priorities leaves the first three (and so every trace without priorities) as is.
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5)]
     arrivals = sample_arrivals_ps(arrival, num_requests, streams[0], what=f"{where}arrival")
-    prompts = sample_lengths(prompt, num_requests, streams[1], "prompt_tokens")
-    outputs = sample_lengths(output, num_requests, streams[2], "output_tokens")
+    prompts = sample_lengths(prompt, num_requests, streams[1], "prompt_tokens",
+                             where=f"{where}prompt")
+    outputs = sample_lengths(output, num_requests, streams[2], "output_tokens",
+                             where=f"{where}output")
     classes = [0] * num_requests
     if priorities is not None:
         problem = priority_problem(priorities)

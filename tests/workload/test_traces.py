@@ -400,6 +400,23 @@ def test_empirical_from_file(tmp_path):
     assert {r.output_tokens for r in trace} == {5, 6}
 
 
+def test_an_empirical_file_that_is_not_there_is_named_at_its_field(tmp_path, monkeypatch):
+    # "nothere.csv: trace file not found" named no field (workload.trace.prompt.file), and
+    # a checkout-relative file (traces/...), found for workload.trace.file, was not found.
+    spec = {"num_requests": 3, "arrival": {"kind": "fixed", "interval_s": 1}, "output": 4,
+            "prompt": {"kind": "empirical", "file": "nothere.csv"}}
+    with pytest.raises(TraceError) as info:
+        validate(TraceSpec, spec, "s.yaml").build()
+    assert str(info.value).startswith("workload.trace.prompt.file: nothere.csv: trace file "
+                                      "not found (looked ")
+    with pytest.raises(TraceError, match=r"^workload\.trace\.prompt\.file: .* is a directory"):
+        validate(TraceSpec, {**spec, "prompt": {"kind": "empirical", "file": str(tmp_path)}},
+                 "s.yaml").build()
+    monkeypatch.chdir(tmp_path)  # not the checkout
+    shipped = {**spec, "prompt": {"kind": "empirical", "file": "traces/ratio_1_1_32.csv"}}
+    assert {r.prompt_tokens for r in validate(TraceSpec, shipped, "s.yaml").build()} == {100}
+
+
 def test_generator_spec_errors():
     with pytest.raises(TraceError, match="high .* must be >= low"):
         generate_trace(3, FixedArrival(interval_s=1), {"kind": "uniform", "low": 9, "high": 2}, 1)
