@@ -115,11 +115,13 @@ for _tag, _expected in (("float", "a number (1.5, 1e3, .inf, .nan)"),
 # expect, not by PyYAML's YAML 1.1 rules, which silently change values: 010 is octal 8,
 # 1:30 is base 60 (90), 0b11 is 3, and yes/no/on/off are booleans (a model named `no`
 # became False).  Such text now stays a string, so a number field rejects it by name.
-# Underscores between digits are still accepted (1_000_000, as in Python).
+# Underscores between digits are still accepted (1_000_000, as in Python).  Dates are
+# text too (YAML 1.2 has no timestamp type): `name: 2024-05-01` was a datetime.date that
+# every text field refused ("Input should be a valid string").
 _UniqueKeyLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers
             if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
-                           "tag:yaml.org,2002:float")]
+                           "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _UniqueKeyLoader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),

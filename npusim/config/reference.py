@@ -310,7 +310,8 @@ def render() -> str:
         "picoseconds, bytes, hertz and bytes per second, and field names carry their unit. "
         "Plain values are typed as in YAML 1.2 and JSON, not PyYAML's YAML 1.1: `1e9` is a "
         "number (not only `1.0e+9`), `010` is 10 (not octal 8; write `0o10`), and `1:30`, "
-        "`0b11` and `yes`/`no`/`on`/`off` stay text (booleans are `true`/`false`); "
+        "`0b11`, `yes`/`no`/`on`/`off` and dates (`2024-05-01`) stay text (booleans are "
+        "`true`/`false`); "
         "an integer field takes `4e0` but not `2.5`. Unknown keys are rejected. Any mapping "
         "may start from `preset: NAME` (a file under `hwconfigs/`) and override keys. See [cli.md](cli.md) for `--set` overrides.", "",
         "## Contents", "",

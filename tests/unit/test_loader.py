@@ -83,7 +83,8 @@ def test_exponents_without_a_decimal_point_are_numbers(text, number):
 @pytest.mark.parametrize("text, value", [("010", 10), ("0o10", 8), ("0x1F", 31), ("1_000", 1000),
                                          (".5", 0.5), ("1:30", "1:30"), ("0b11", "0b11"),
                                          ("no", "no"), ("on", "on"), ("true", True),
-                                         ("False", False)])
+                                         ("False", False), ("2024-05-01", "2024-05-01"),
+                                         ("2023-11-16 18:15:46", "2023-11-16 18:15:46")])
 def test_plain_scalars_are_typed_by_yaml_1_2_not_1_1(text, value):
     # PyYAML's YAML 1.1 rules silently changed values: 010 was octal 8, 1:30 base 60
     # (90), 0b11 binary 3, and a model named `no` became False.
@@ -91,6 +92,14 @@ def test_plain_scalars_are_typed_by_yaml_1_2_not_1_1(text, value):
 
     parsed = parse_yaml(text)
     assert parsed == value and type(parsed) is type(value)
+
+
+def test_a_date_like_name_is_text_not_a_date():
+    # `name: 2024-05-01` (a dated experiment) was a datetime.date that every text field
+    # refused: "name: Input should be a valid string (got datetime.date(2024, 5, 1))".
+    scenario = loader.load_scenario(REPO_ROOT / "workloads/scenarios/quickstart.yaml",
+                                    ["name=2024-05-01", "description=2024-05-01 12:00:00"])
+    assert scenario.name == "2024-05-01" and scenario.description == "2024-05-01 12:00:00"
 
 
 @pytest.mark.parametrize("text, fragment", [("!!float abc", "float 'abc': expected a number"),
