@@ -367,7 +367,17 @@ def parse_model(data: Any, source: str = "<config>", name: str = "") -> ModelCon
     try:
         model = ModelConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, _problems_of(exc)) from None
+        problems = _problems_of(exc)
+        inner = data.get("text_config")
+        missing = [path for path, message in problems if message.startswith("required field")]
+        if missing and isinstance(inner, dict) and set(missing) & set(inner):
+            # a multimodal config (Gemma 3, Llama 4, Qwen2.5-VL) keeps its decoder there
+            raise ConfigError(source, [("text_config", (
+                f"the language model's fields ({', '.join(sorted(set(missing) & set(inner)))}) "
+                "are inside text_config (a multimodal model's config.json); expected them at "
+                "the top level: save text_config's contents as a config.json of their own "
+                "and name that file"))]) from None
+        raise ConfigError(source, problems) from None
     model._name = name
     return model
 

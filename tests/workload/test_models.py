@@ -123,6 +123,26 @@ def test_missing_required_field(tmp_path):
     assert path == "vocab_size" and "required field is missing" in message
 
 
+def test_a_multimodal_config_says_its_language_model_is_in_text_config(tmp_path):
+    # Gemma 3 / Llama 4 / Qwen2.5-VL keep the decoder under text_config: the error listed
+    # five "required field is missing" without saying where the fields were.
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+    data = {"model_type": "gemma3", "text_config": {k: v for k, v in _base().items()
+                                                    if k in fields}}
+    with pytest.raises(ConfigError) as info:
+        load_model(_write(tmp_path, data))
+    ((path, message),) = info.value.problems
+    assert path == "text_config"
+    assert message.startswith("the language model's fields (hidden_size, num_attention_heads, "
+                              "num_hidden_layers) are inside text_config")
+    assert "expected them at the top level" in message
+    del data["text_config"]["hidden_size"]
+    data["text_config"] = {}  # nothing of the decoder there: the plain missing fields
+    with pytest.raises(ConfigError) as info:
+        load_model(_write(tmp_path, data))
+    assert "text_config" not in dict(info.value.problems)
+
+
 @pytest.mark.parametrize("field,value,expect", [
     ("hidden_size", -1, "greater than 0 (got -1)"),
     ("num_hidden_layers", 0, "greater than 0 (got 0)"),
