@@ -173,10 +173,17 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             known = sorted(owner.model_fields) if owner else []
             key = str(parts[-1])
             name, colon, value = key.partition(":")
+            dotted = key.split(".")
             if colon and name.strip() in known:  # flow YAML `{size:32}` is one key
                 close = [name.strip()]
                 hint = (f"; YAML needs a space after the colon: "
                         f"{{{name.strip()}: {value.strip()}}}")
+            elif len(dotted) > 1 and dotted[0] in known:  # `noc.width: 4`, as --set writes it
+                close = [dotted[0]]
+                shown = node if isinstance(node, (str, int, float)) else "..."
+                hint = (f"; a key with dots is not a path in a YAML file: nest it, "
+                        f"{': {'.join(dotted)}: {shown}{'}' * (len(dotted) - 1)} (dotted "
+                        "paths are for --set and a sweep's set: and axes:)")
             else:
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

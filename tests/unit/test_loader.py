@@ -55,6 +55,20 @@ def test_a_flow_mapping_without_a_space_after_the_colon_is_explained():
     assert "YAML needs a space after the colon: {lanes: 4}" in str(info.value)
 
 
+def test_a_dotted_key_in_a_file_says_to_nest_it():
+    # `noc.width: 4` in a scenario (as --set and sweep specs write paths) was
+    # "hw.noc.width: unknown key (known keys: ..., noc)": a path that looks valid.
+    with pytest.raises(ConfigError) as info:
+        loader.validate(Core, {"sram.capacity_bytes": "1MiB", "lanes": 4}, "core.yaml")
+    message = dict(info.value.problems)["sram.capacity_bytes"]  # (and sram is missing)
+    assert message.startswith(
+        "unknown key; a key with dots is not a path in a YAML file: nest it, "
+        "sram: {capacity_bytes: 1MiB} (dotted paths are for --set")
+    with pytest.raises(ConfigError) as info:  # a first part that is no field: the usual
+        loader.validate(Core, {"sram": {"capacity_bytes": 1}, "lane.s": {"x": 1}}, "core.yaml")
+    assert "with dots" not in str(info.value)
+
+
 def test_overrides_parse_paths_and_yaml_values():
     parts, value = loader.parse_override("hw.cores[2].sram.capacity_bytes=32MiB")
     assert parts == ["hw", "cores", 2, "sram", "capacity_bytes"] and value == "32MiB"
