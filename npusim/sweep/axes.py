@@ -61,6 +61,13 @@ def _values(value: Any, where: str, bad) -> list | None:
             bad(where, f"{value!r} is not a valid YAML list ({problem}); expected a "
                        "non-empty list of values, e.g. [32, 64]")
             return None
+    if isinstance(value, Mapping) and value and all(isinstance(k, str) for k in value):
+        # `workload: {m: [64, 128]}`: a YAML tree where the spec takes dotted paths
+        path = where.split(".", 2)[-1]
+        key, inner = next(iter(value.items()))
+        bad(where, f"expected a non-empty list of values, got the mapping {value!r}; an axis "
+                   f"names its field by its dotted path: {path}.{key}: {inner!r}")
+        return None
     if not isinstance(value, list) or not value:
         bad(where, f"expected a non-empty list of values, got {value!r}")
         return None
@@ -82,7 +89,10 @@ def parse_axes(value: Any, bad) -> list[Axis]:
     for i, block in enumerate(value):
         where = f"axes[{i}]"
         if not isinstance(block, Mapping) or len(block) != 1 or next(iter(block)) not in AXIS_KINDS:
-            bad(where, f"expected one of {{grid: ...}}, {{zip: ...}}, {{random: ...}}, got {block!r}")
+            bare = isinstance(block, Mapping) and block and not set(block) & set(AXIS_KINDS)
+            bad(where, f"expected one of {{grid: ...}}, {{zip: ...}}, {{random: ...}}, got "
+                       f"{block!r}" + ("; in a list of blocks, a grid is written "
+                                       "'- grid: {PATH: [values]}'" if bare else ""))
             continue
         kind, body = next(iter(block.items()))
         where = f"{where}.{kind}"

@@ -371,6 +371,21 @@ def test_a_list_written_as_a_malformed_string_is_a_field_error():
     assert spec(axes={"workload.m": "[32, 64]"}).param_names == ["workload.m"]
 
 
+def test_axes_written_as_a_yaml_tree_or_a_bare_list_item_say_how_to_write_them():
+    # `axes: {workload: {m: [64, 128]}}` (nested, as a scenario is written) and
+    # `axes: [{workload.m: [...]}]` (a list item without grid:) gave no hint.
+    with pytest.raises(ConfigError) as info:
+        spec(axes={"workload": {"m": [64, 128]}})
+    assert info.value.problems == [(
+        "axes[0].grid.workload", "expected a non-empty list of values, got the mapping "
+        "{'m': [64, 128]}; an axis names its field by its dotted path: workload.m: [64, 128]")]
+    with pytest.raises(ConfigError) as info:
+        spec(axes=[{"workload.m": [64, 128]}])
+    [(where, message)] = info.value.problems
+    assert where == "axes[0]" and message.endswith(
+        "; in a list of blocks, a grid is written '- grid: {PATH: [values]}'")
+
+
 def test_a_path_is_swept_by_one_block_and_never_also_derived():
     # Two blocks over workload.m (or m swept and derived) would collapse points onto the
     # same configs, keeping only the last block's value.
