@@ -395,11 +395,18 @@ def check_figure_path(path: str | Path, option: str | None = None) -> Path:
 
 
 def save_figure(figure: "Figure", path: str | Path, dpi: int = 120) -> Path:
-    """Write ``figure`` to ``path`` (format from the suffix: .png, .svg, .pdf)."""
+    """Write ``figure`` to ``path`` (format from the suffix: .png, .svg, .pdf).
+
+    The figure is drawn into a temporary file that replaces ``path`` only once it is
+    whole, so a failed or interrupted write leaves an earlier figure of that name as it
+    was."""
+    from npusim.core.output_paths import atomic_output
+
     path = check_figure_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=dpi)
     except OSError as exc:  # what the checks cannot foresee: a full disk, /proc
         raise OutputError(f"{path}: cannot write the figure ({exc.strerror or exc})") from None
+    with atomic_output(path, "the figure", binary=True) as handle:
+        figure.savefig(handle, dpi=dpi, format=path.suffix[1:].lower())
     return path

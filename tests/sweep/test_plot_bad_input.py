@@ -12,6 +12,7 @@ import pytest
 from npusim import analysis
 from npusim.cli import main
 from npusim.config.presets import REPO_ROOT
+from npusim.core.errors import OutputError
 from tests.sweep.test_cli_analysis import cli
 
 pytestmark = pytest.mark.component
@@ -192,3 +193,24 @@ def test_a_serving_run_that_finished_no_request_says_so_naming_its_files(tmp_pat
     user_error(["plot", out, "--kind", "timeline", "--out", tmp_path / "f.png"], capsys,
                f"{out / 'ops.csv'}: no timed tasks to plot (was the run traced?")
     assert not (tmp_path / "f.png").exists()
+
+
+def test_a_figure_that_fails_half_written_leaves_the_earlier_one_whole(tmp_path):
+    # savefig wrote straight into the path: a failure part-way (a full disk, a renderer
+    # error) left a truncated file where the previous figure was.
+    target = tmp_path / "fig.png"
+    target.write_bytes(b"the earlier figure")
+
+    class Failing:
+        def savefig(self, handle, **kwargs):
+            handle.write(b"half a png")
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OutputError, match=r"fig\.png: cannot write the figure \(No space left"):
+        analysis.save_figure(Failing(), target)
+    assert target.read_bytes() == b"the earlier figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
+    figure = analysis.new_figure((2, 2))
+    figure.subplots().plot([0, 1], [0, 1])
+    analysis.save_figure(figure, target)
+    assert target.read_bytes().startswith(b"\x89PNG")
