@@ -100,6 +100,12 @@ def trace_override(trace: str | None) -> list[str]:
                           f"{Path.cwd()}, or to the npusim checkout); expected a trace file (CSV, "
                           "JSONL, Azure CSV or Mooncake JSONL). --set workload.trace.file="
                           f"{trace} also looks beside the scenario")
+    if not path.is_file() and not path.is_dir():  # (a directory: the reader says so)
+        # `--trace <(head -300 big.csv)`: resolved, the pipe's name (/proc/N/fd/pipe:[..])
+        # named no file, and the error said "trace file not found"
+        raise NpusimError(f"--trace: {trace}: not a regular file (a pipe, as <(...) gives, "
+                          "or a device); expected a trace file on disk (save the rows to a "
+                          "file first and name it)")
     return [f"workload.trace={{file: {json.dumps(str(path.resolve()))}}}"]
 
 

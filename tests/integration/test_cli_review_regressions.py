@@ -416,3 +416,25 @@ def test_a_missing_preset_in_a_hw_file_is_blamed_on_that_file(tmp_path, capsys):
     assert code == 2 and err.startswith(f"error: {hw}: ")
     assert "hbm.preset: no preset named 'memory/hbm4'; known presets in memory/: " in err
     assert "npu/" not in err.split("known presets in memory/: ")[1]
+
+
+@pytest.mark.parametrize("command", ["run", "capacity"])
+def test_a_pipe_as_trace_says_it_is_not_a_file(tmp_path, capsys, command):
+    # `--trace <(head -300 big.csv)` said "trace file not found (looked in
+    # /proc/N/fd/pipe:[..])": the pipe's resolved name is no file.
+    import os
+
+    fifo = tmp_path / "rows"
+    os.mkfifo(fifo)  # nothing writes to it: reading it would block
+    read_end, write_end = os.pipe()  # what <(...) hands over: /dev/fd/N
+    try:
+        for pipe in (fifo, f"/dev/fd/{read_end}"):
+            code, _, err = run_cli([command, FUSION, "--trace", pipe, "--out",
+                                    tmp_path / "out"], capsys)
+            assert code == 2 and "Traceback" not in err
+            assert err.startswith(f"error: --trace: {pipe}: not a regular file (a pipe, as "
+                                  "<(...) gives, or a device); expected a trace file on disk")
+            assert not (tmp_path / "out").exists()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
