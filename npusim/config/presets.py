@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from npusim.core.errors import ConfigError
-from npusim.core.text import UNENCODABLE, join_surrogate_pairs, unencodable_path
+from npusim.core.text import UNENCODABLE, join_surrogate_pairs, unencodable_path, utf16_hint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,22 +203,35 @@ def read_yaml(path: Path) -> Any:
     """Parse a YAML file; a syntax error, a duplicate key, a file that is not UTF-8 text
     or a missing file becomes a :class:`ConfigError`."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(str(path), [("", "file not found")]) from None
     except IsADirectoryError:
         raise ConfigError(str(path), [("", "is a directory; expected a YAML file")]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [("", f"not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} "
-                                           f"at offset {exc.start}); expected a YAML file")]) from None
+                                           f"at offset {exc.start}); expected a YAML file"
+                                           f"{utf16_hint(raw)}")]) from None
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read file: {exc.strerror}")]) from None
+    if "\0" in text:  # PyYAML's own message was two lines about "<unicode string>"
+        before = text[:text.index("\0")]
+        where = f"line {before.count(chr(10)) + 1}, column {len(before.rsplit(chr(10), 1)[-1]) + 1}"
+        raise ConfigError(str(path), [(where, "NUL byte; expected a UTF-8 text (YAML) file"
+                                              f"{utf16_hint(raw)}")])
     try:
         data = parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark
+            before = text[:exc.position]
+            where = (f"line {before.count(chr(10)) + 1}, "
+                     f"column {len(before.rsplit(chr(10), 1)[-1]) + 1}")
+            code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+            problem = f"character U+{code:04X} (a control character); expected printable text"
         kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
         raise ConfigError(str(path), [(where, f"{kind}: {problem}")]) from None
     bad = unencodable_path(data)

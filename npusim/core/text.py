@@ -82,3 +82,13 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``1 stage``, ``3 stages``: a count and its noun in the right number (``plural``
     when it is not the noun plus s)."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+def utf16_hint(data: bytes) -> str:
+    """A note for a decoding error when ``data`` (a file's first bytes) looks like UTF-16,
+    as Windows PowerShell (``>``) and Notepad save text: a byte-order mark, or a NUL
+    byte beside every ASCII character.  Empty otherwise."""
+    head = data[:200]
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 4 and 3 * head.count(b"\0") >= len(head)):
+        return " (it looks like UTF-16, as Windows PowerShell and Notepad save text: re-save it as UTF-8)"
+    return ""

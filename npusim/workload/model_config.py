@@ -32,7 +32,7 @@ from pydantic import (AliasChoices, ConfigDict, Field, PrivateAttr,
 from npusim.core.errors import ConfigError
 from npusim.core.json_keys import DuplicateKeyError, unique_keys
 from npusim.core.registry import NumbersNotBooleans
-from npusim.core.text import UNENCODABLE, unencodable_path
+from npusim.core.text import UNENCODABLE, unencodable_path, utf16_hint
 from npusim.workload.model_params import GATED_MLP_MATRICES, LayerParams, ParamCounts
 
 __all__ = ["GATED_MLP_MATRICES", "LayerParams", "ModelConfig", "list_models", "load_model",
@@ -430,7 +430,8 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
         raise ConfigError(source, [("", "file not found")]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(source, [("", f"not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} "
-                                        f"at offset {exc.start}); expected a JSON config.json")]) from None
+                                        f"at offset {exc.start}); expected a JSON config.json"
+                                        f"{utf16_hint(exc.object)}")]) from None
     except OSError as exc:
         raise ConfigError(source, [("", f"cannot read file: {exc.strerror}")]) from None
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from npusim.core.errors import TraceError
+from npusim.core.text import utf16_hint
 from npusim.core.units import PS_PER_S
 from npusim.workload.trace_rows import (Row, csv_rows, hash_ids_cell, integer_cell,
                                         jsonl_rows, present, seconds_cell, timestamp_cell)
@@ -92,7 +93,8 @@ def _decoded(line: bytes, number: int, source: str) -> str:
     if b"\0" in line:  # a binary file: csv and json would read it as empty or garbled
         column = len(line[:line.index(b"\0")].decode("utf-8", "replace")) + 1
         raise TraceError(f"{source}:{number}: NUL byte at column {column}; expected a text "
-                         "trace file (CSV or JSONL), not binary data")
+                         "trace file (CSV or JSONL), not binary data"
+                         f"{utf16_hint(line) if number == 1 else ''}")
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -147,6 +147,25 @@ def test_a_merge_key_is_a_located_error_saying_what_to_write_instead(tmp_path):
     assert parse_yaml('"<<": 1') == {"<<": 1}  # a quoted key is plain text
 
 
+@pytest.mark.parametrize("encode, where, start", [
+    (lambda t: t.encode("utf-16"), "", "not a UTF-8 text file (byte 0xff at offset 0)"),
+    (lambda t: t.encode("utf-16-be"), "line 1, column 1", "NUL byte; expected a UTF-8 text"),
+    (lambda t: t.replace("m: 4", "m: 4\x07").encode(), "line 2, column 28",
+     "YAML syntax error: character U+0007 (a control character); expected printable text"),
+])
+def test_a_scenario_saved_as_utf16_or_with_a_control_character_is_named(tmp_path, encode,
+                                                                       where, start):
+    # PowerShell's `>` writes UTF-16: without a byte-order mark PyYAML's two-line
+    # "unacceptable character #x0000 ... in '<unicode string>', position 0" came out.
+    scenario = tmp_path / "s.yaml"
+    scenario.write_bytes(encode("name: s\nworkload: {kind: gemm, m: 4}\n"))
+    with pytest.raises(ConfigError) as info:
+        loader.load_raw(scenario)
+    [(path, message)] = info.value.problems
+    assert path == where and message.startswith(start) and "\n" not in message
+    assert ("looks like UTF-16" in message) == ("U+0007" not in message)
+
+
 def test_a_sexagesimal_looking_limit_is_rejected_by_name_not_read_as_90():
     with pytest.raises(ConfigError, match=r"workload\.trace\.limit.*'1:30'"):
         loader.load_scenario(REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64_pd_fusion.yaml",

@@ -109,6 +109,14 @@ def test_bad_json_names_line_and_column(tmp_path):
     assert "JSON syntax error" in info.value.problems[0][1]
 
 
+def test_a_utf16_config_says_so(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(json.dumps(_base()).encode("utf-16"))
+    with pytest.raises(ConfigError, match=r"not a UTF-8 text file \(byte 0xff at offset 0\); "
+                                          r"expected a JSON config.json \(it looks like UTF-16"):
+        load_model(path)
+
+
 def test_top_level_must_be_object(tmp_path):
     with pytest.raises(ConfigError, match="expected a JSON object"):
         load_model(_write(tmp_path, "[1, 2]"))

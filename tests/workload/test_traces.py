@@ -583,3 +583,17 @@ def test_preset_traces_name_a_bad_argument_in_a_trace_error():
         trace_presets.decode_dominated(rate_per_s=-1)
     with pytest.raises(TraceError, match=r"prompt\.fixed\.tokens: .* \(got 0\)"):
         trace_presets.ratio(0, 10)
+
+
+def test_a_utf16_trace_says_so(tmp_path):
+    # "NUL byte at column 4; expected a text trace file, not binary data" for a trace
+    # PowerShell saved as UTF-16 (a gzip or a NUL further down stays as it was).
+    path = tmp_path / "t.csv"
+    path.write_bytes("id,arrival_ps,prompt_tokens,output_tokens\na,0,16,4\n".encode("utf-16"))
+    with pytest.raises(TraceError, match=r"t\.csv:1: NUL byte at column \d+; .*it looks like "
+                                         r"UTF-16, .*re-save it as UTF-8"):
+        read_trace(path)
+    path.write_bytes(b"id,arrival_ps,prompt_tokens,output_tokens\na,0,1\x006,4\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert "UTF-16" not in str(info.value)
