@@ -43,8 +43,7 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 
 def _preset_identity(name: str) -> str:
-    """The file a preset name stands for (resolved), so that a cycle is seen however
-    each file spells the next one."""
+    """The file a preset name stands for (resolved): a cycle however it is spelt."""
     try:
         found = locate(name) if is_preset_file(name) else hwconfig_root() / f"{name}.yaml"
         return str(found.resolve())
@@ -56,10 +55,9 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
                     chain: tuple[tuple[str, str], ...] = (), origin: str | None = None) -> Any:
     """Replace every ``{preset: NAME, ...}`` mapping by the preset merged with its siblings.
 
-    ``chain`` holds the ``(identity, name)`` of the presets being resolved around this
-    mapping and ``origin`` the file that named the first of them, so that presets
-    including each other are reported as the cycle they form, in that file.
-    """
+    ``chain`` holds the ``(identity, name)`` of the presets resolved around this mapping
+    and ``origin`` the file naming the first, where presets that include each other are
+    reported as the cycle they form."""
     origin = origin or source
     if depth > _MAX_PRESET_DEPTH:
         raise ConfigError(origin, [(path, f"presets nest more than {_MAX_PRESET_DEPTH} deep: "
@@ -199,6 +197,10 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
                     hint += (f"; kind: {kind_name} has it as "
                              f"{' or '.join(f'{prefix}.{home}' for home in homes)}")
             message = f"unknown key{hint}{listing}"
+        elif kind == "invalid_key":  # `1: 2` or `~: x`: was "hw[1]", a list item's path
+            path, key = format_path(parts[:-1]), error.get("input")
+            what = "null" if key is None else "boolean" if isinstance(key, bool) else "number"
+            message = f"key {key!r} is read as a {what}; expected a field name (quote it if text)"
         elif kind == "missing":
             message = "required field is missing"
         elif kind == "union_tag_invalid":
