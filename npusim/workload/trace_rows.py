@@ -89,8 +89,13 @@ def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Ite
                 raise TraceError(f"{source}:{number}: key {exc.key!r} appears twice in "
                                  "one object; expected each key once") from None
             except json.JSONDecodeError as exc:
+                # a pretty-printed array of objects (json.dump(requests, f, indent=2))
+                array = " (this looks like one JSON array: write JSON Lines, one object " \
+                    "per line, e.g. pandas' to_json(orient='records', lines=True))" \
+                    if line.strip() == "[" else ""
                 raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
-                                 f"{exc.colno}); expected one JSON object per line") from None
+                                 f"{exc.colno}); expected one JSON object per line"
+                                 f"{array}") from None
             except RecursionError:
                 raise TraceError(f"{source}:{number}: JSON nested too deeply; expected one "
                                  "flat JSON object per line") from None
@@ -99,8 +104,10 @@ def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Ite
                                  "expected token counts and times of at most a few dozen "
                                  "digits") from None
             if not isinstance(obj, dict):
+                whole = isinstance(obj, list) and obj and all(isinstance(o, dict) for o in obj)
+                array = " (a whole trace as one array: write one object per line)" if whole else ""
                 raise TraceError(f"{source}:{number}: got a JSON {type(obj).__name__}; "
-                                 "expected one JSON object per line")
+                                 f"expected one JSON object per line{array}")
             # decoded UTF-8 holds no lone surrogate: only a "\u" escape can make one
             bad = unencodable_path(obj) if "\\u" in line else None
             if bad is not None:  # "\ud800": refused here, not when requests.csv is written

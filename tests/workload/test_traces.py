@@ -597,3 +597,23 @@ def test_a_utf16_trace_says_so(tmp_path):
     with pytest.raises(TraceError) as info:
         read_trace(path)
     assert "UTF-16" not in str(info.value)
+
+
+def test_a_json_array_of_requests_says_to_write_json_lines(tmp_path):
+    # json.dump(requests, f, indent=2) gave "invalid JSON (Expecting value at column 1)"
+    rows = [{"arrival_ps": 0, "prompt_tokens": 16, "output_tokens": 4},
+            {"arrival_ps": 5, "prompt_tokens": 16, "output_tokens": 4}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rows, indent=2))
+    with pytest.raises(TraceError, match=r"t\.json:1: invalid JSON \(Expecting value at column 1\); "
+                                         r"expected one JSON object per line \(this looks like one "
+                                         r"JSON array: write JSON Lines"):
+        read_trace(path)
+    path.write_text(json.dumps(rows))
+    with pytest.raises(TraceError, match=r"t\.json:1: got a JSON list; expected one JSON object "
+                                         r"per line \(a whole trace as one array"):
+        read_trace(path)
+    path.write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
+    with pytest.raises(TraceError, match=r"t\.json:2: got a JSON list; expected one JSON object "
+                                         r"per line$"):
+        read_trace(path)
