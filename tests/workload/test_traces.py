@@ -400,23 +400,6 @@ def test_empirical_from_file(tmp_path):
     assert {r.output_tokens for r in trace} == {5, 6}
 
 
-def test_an_empirical_file_that_is_not_there_is_named_at_its_field(tmp_path, monkeypatch):
-    # "nothere.csv: trace file not found" named no field (workload.trace.prompt.file), and
-    # a checkout-relative file (traces/...), found for workload.trace.file, was not found.
-    spec = {"num_requests": 3, "arrival": {"kind": "fixed", "interval_s": 1}, "output": 4,
-            "prompt": {"kind": "empirical", "file": "nothere.csv"}}
-    with pytest.raises(TraceError) as info:
-        validate(TraceSpec, spec, "s.yaml").build()
-    assert str(info.value).startswith("workload.trace.prompt.file: nothere.csv: trace file "
-                                      "not found (looked ")
-    with pytest.raises(TraceError, match=r"^workload\.trace\.prompt\.file: .* is a directory"):
-        validate(TraceSpec, {**spec, "prompt": {"kind": "empirical", "file": str(tmp_path)}},
-                 "s.yaml").build()
-    monkeypatch.chdir(tmp_path)  # not the checkout
-    shipped = {**spec, "prompt": {"kind": "empirical", "file": "traces/ratio_1_1_32.csv"}}
-    assert {r.prompt_tokens for r in validate(TraceSpec, shipped, "s.yaml").build()} == {100}
-
-
 def test_generator_spec_errors():
     with pytest.raises(TraceError, match="high .* must be >= low"):
         generate_trace(3, FixedArrival(interval_s=1), {"kind": "uniform", "low": 9, "high": 2}, 1)
@@ -583,37 +566,3 @@ def test_preset_traces_name_a_bad_argument_in_a_trace_error():
         trace_presets.decode_dominated(rate_per_s=-1)
     with pytest.raises(TraceError, match=r"prompt\.fixed\.tokens: .* \(got 0\)"):
         trace_presets.ratio(0, 10)
-
-
-def test_a_utf16_trace_says_so(tmp_path):
-    # "NUL byte at column 4; expected a text trace file, not binary data" for a trace
-    # PowerShell saved as UTF-16 (a gzip or a NUL further down stays as it was).
-    path = tmp_path / "t.csv"
-    path.write_bytes("id,arrival_ps,prompt_tokens,output_tokens\na,0,16,4\n".encode("utf-16"))
-    with pytest.raises(TraceError, match=r"t\.csv:1: NUL byte at column \d+; .*it looks like "
-                                         r"UTF-16, .*re-save it as UTF-8"):
-        read_trace(path)
-    path.write_bytes(b"id,arrival_ps,prompt_tokens,output_tokens\na,0,1\x006,4\n")
-    with pytest.raises(TraceError) as info:
-        read_trace(path)
-    assert "UTF-16" not in str(info.value)
-
-
-def test_a_json_array_of_requests_says_to_write_json_lines(tmp_path):
-    # json.dump(requests, f, indent=2) gave "invalid JSON (Expecting value at column 1)"
-    rows = [{"arrival_ps": 0, "prompt_tokens": 16, "output_tokens": 4},
-            {"arrival_ps": 5, "prompt_tokens": 16, "output_tokens": 4}]
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(rows, indent=2))
-    with pytest.raises(TraceError, match=r"t\.json:1: invalid JSON \(Expecting value at column 1\); "
-                                         r"expected one JSON object per line \(this looks like one "
-                                         r"JSON array: write JSON Lines"):
-        read_trace(path)
-    path.write_text(json.dumps(rows))
-    with pytest.raises(TraceError, match=r"t\.json:1: got a JSON list; expected one JSON object "
-                                         r"per line \(a whole trace as one array"):
-        read_trace(path)
-    path.write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
-    with pytest.raises(TraceError, match=r"t\.json:2: got a JSON list; expected one JSON object "
-                                         r"per line$"):
-        read_trace(path)
