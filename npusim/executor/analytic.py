@@ -4,34 +4,39 @@ Each task starts when its dependencies have finished and its resources are free;
 ready tasks claim resources in order of ready time, as events would, except that a
 busy compute unit, once free, takes the oldest task waiting for it (program order, as
 the tlm level's priority queue).  A compute or host task holds its unit for its
-closed-form time.  A transfer takes its closed-form
-pipelined time (bottleneck stage + fill), and every memory it touches and every NoC link
-on its route serves its bytes first-come-first-served (a stream queued behind another
-finishes later), so bandwidth is shared.  The resource that finishes last sets the
-transfer's pace and is held for its bytes' time; on the others its bytes arrive at that
-pace, so there it is a *paced stream* taking its share of the bandwidth until the
-transfer ends, and later work gets the rest (a 4 MiB tile from HBM into an SRAM three
-times faster than the HBM leaves the SRAM two thirds free for the NoC traffic beside
-it, as the tlm level's interleaved chunks do, instead of holding it for 16 us at its
-start).  A transfer no longer than one chunk that finds a resource held by a chunked
-transfer goes between two of its chunks (the tlm level interleaves them).  A compute
-op on a core whose scratchpad port is shared
-(``hw.core.sram.shared_port``) claims that port for its operand bytes the same way: held
-when the operands take longer than the computation, paced beside it when they take less.
-What the analytic level leaves out is how concurrent streams interleave inside a memory
-or a router (bank conflicts, row misses between streams, arbitration), which the tlm
-level adds.  On an uncontended graph the two agree closely, and that agreement is
-tested.
+closed-form time.  A transfer takes its closed-form pipelined time (bottleneck stage +
+fill).  A NoC's ports and links are shared between the transfers crossing them, as
+routers interleave their packets: ``n`` transfers on an injection port, a link or an
+ejection port each get ``1/n`` of it (processor sharing), so a core's concurrent sends
+share its injection port, and a transfer that arrives later slows the ones already
+there, which then end later (their successors wait for the new end).  Every memory a
+transfer touches serves its bytes first-come-first-served (a stream queued behind
+another finishes later).  The memory that finishes last sets the transfer's pace (with
+the NoC) and is held for its bytes' time; on the others its bytes arrive at that pace,
+so there it is a *paced stream* taking its share of the bandwidth until the transfer
+ends, and later work gets the rest (a 4 MiB tile from HBM into an SRAM three times
+faster than the HBM leaves the SRAM two thirds free for the NoC traffic beside it, as
+the tlm level's interleaved chunks do, instead of holding it for 16 us at its start).
+A transfer no longer than one chunk that finds a memory held by a chunked transfer
+goes between two of its chunks (the tlm level interleaves them).  A compute op on a
+core whose scratchpad port is shared (``hw.core.sram.shared_port``) claims that port
+for its operand bytes the same way: held when the operands take longer than the
+computation, paced beside it when they take less.  What the analytic level leaves out
+is how concurrent streams interleave inside a memory or a router (bank conflicts, row
+misses between streams, arbitration, head-of-line blocking in a router's one-VC input
+FIFOs), which the tlm level adds.  On an uncontended graph the two agree closely, and
+that agreement is tested.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, not_
+from typing import Any
 
 from npusim.executor.base import (OPERAND_STALL, SRAM_OPERAND_PORT, SRAM_OPERAND_READ,
                                   SRAM_OPERAND_WRITTEN, SegmentRun, host_resource,
@@ -115,8 +120,19 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     chunked: dict[str, list[int]] = {}
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
+    # Per NoC port and link: the transfers crossing it, shared as in :func:`_share`;
+    # ``delays`` collects the transfers a newcomer slows, ``(task id, new end)``.  A
+    # task whose dependency ends later once it was queued is queued again
+    # (``requeued``): its earlier heap entry is stale, and skipped.
+    sharing: dict[str, Any] = {}
+    sharing_get = sharing.get
+    delays: list[tuple[int, int]] = []
+    requeued = False
     while heap:
-        task_id = pop(heap) % count
+        key = pop(heap)
+        task_id = key % count
+        if requeued and key // count < ready_at[task_id]:
+            continue  # queued again for a later ready time
         task = tasks[task_id]
         kind = type(task)
         taken = False  # the unit is free and chose this task from its line
@@ -182,20 +198,38 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             # (a stage graph has hundreds of transfers; the key is the cache's own).
             cached = transfer_cache_get((task.src, task.dst, task.size_bytes, task.pattern,
                                          task.chunk_bytes))
-            duration, reservations, accounting = (cached if cached is not None
-                                                  else analytic_transfer(task, seed))
-            # Each memory and link is a first-come-first-served bandwidth server: the
+            duration, reservations, accounting, shared = (
+                cached if cached is not None else analytic_transfer(task, seed))
+            start = end = ready
+            if shared is not None:
+                # The NoC's ports and links share their bandwidth between the transfers
+                # crossing them (processor sharing: routers interleave their packets);
+                # one that arrives slows those already there, whose ends move later.
+                names, busy = shared
+                done = ready + busy
+                for name in names:
+                    state = sharing_get(name)
+                    if state is None or state[0] <= ready:  # idle: all of it
+                        sharing[name] = (done, ready, busy, task_id)
+                        if done > end:
+                            end = done
+                    else:
+                        later = _share(sharing, name, state, ready, busy, task_id, delays)
+                        if later > end:
+                            end = later
+            # Each memory is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
-            start = end = ready
             if len(reservations) == 1:
                 name, busy = reservations[0]
                 served = free_get(name, 0)
                 if served < ready:
                     served = ready
                 streams = paced_get(name) if paced else None
-                end = unit_free[name] = (_finish(served, busy, streams) if streams
-                                         else served + busy)
+                done = unit_free[name] = (_finish(served, busy, streams) if streams
+                                          else served + busy)
+                if done > end:
+                    end = done
             else:
                 # Each resource serves the bytes after the work queued on it, slower
                 # while paced streams use part of it; the transfer ends with the last.
@@ -236,6 +270,18 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                         if chunk and busy and task.size_bytes > chunk:
                             chunked[name] = [done, busy * chunk // task.size_bytes]
             transfer_busy += duration
+            if delays:  # transfers slowed by this one on a shared port or link
+                for other, later in delays:
+                    if later > ends[other] > ready:  # (not one already done)
+                        transfer_busy += later - ends[other]
+                        ends[other] = later
+                        for successor in after[first[other]:first[other + 1]]:
+                            if ready_at[successor] < later:
+                                ready_at[successor] = later
+                                if not waiting[successor]:  # queued: queue it again
+                                    push(heap, later * count + successor)
+                                    requeued = True
+                delays.clear()
             entry = transfer_get(id(accounting))
             if entry is None:
                 transfers[id(accounting)] = [accounting, 1]
@@ -282,6 +328,67 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         busy["host"] = host_busy
     return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0,
                       extra={"busy_by_name": busy})
+
+
+def _share(sharing: dict[str, Any], name: str, state: Any, at: int, busy: int,
+           task_id: int, delays: list[tuple[int, int]]) -> int:
+    """When ``busy`` of work that arrives at ``at`` on the shared resource ``name`` is
+    done, the work there before it (``state``, not yet done at ``at``) served at an
+    equal share each (processor sharing, as routers that interleave packets give it):
+    ``n`` transfers at once each get ``1/n`` of it.  Transfers whose end there moves
+    later are appended to ``delays`` as ``(task id, new end)``.
+
+    ``sharing[name]`` is ``(end, since, busy, task id)`` for one transfer alone there
+    since it came, else ``[last end, since, served, flows]``: ``served`` is the work
+    each transfer there has had since the resource was last idle, at ``since``, and
+    ``flows`` are ``[served when done, task id, end]`` of those not yet done, in order
+    (a transfer is done when ``served`` reaches its mark, so later arrivals move only
+    the ends, not the marks)."""
+    if type(state) is tuple:  # one transfer there, alone since it came: half each
+        end, _, _, other = state
+        left = end - at  # its work left (it ends after ``at``)
+        if busy <= left:
+            mine, later = at + 2 * busy, end + busy
+            flows = [[busy, task_id, mine], [left, other, later]]
+        else:
+            mine, later = end + busy, end + left
+            flows = [[left, other, later], [busy, task_id, mine]]
+        delays.append((other, later))
+        sharing[name] = [mine if mine > later else later, at, 0, flows]
+        return mine
+    _, since, served, flows = state
+    # Serve the flows from ``since`` to ``at``: each of the k not yet done at 1/k.
+    elapsed, done, n = at - since, 0, len(flows)
+    while done < n:
+        k = n - done
+        need = (flows[done][0] - served) * k
+        if need > elapsed:
+            served += elapsed / k
+            break
+        elapsed -= need
+        served = flows[done][0]
+        done += 1
+    if done:
+        del flows[:done]
+    insort(flows, [served + busy, task_id, 0])
+    now, before, k = at, served, len(flows)
+    mine = last = at + busy
+    for flow in flows:
+        now += (flow[0] - before) * k
+        before = flow[0]
+        k -= 1
+        end = int(now)
+        if end < now:
+            end += 1
+        if flow[1] == task_id:
+            flow[2] = mine = end
+        elif end > flow[2]:
+            flow[2] = end
+            delays.append((flow[1], end))
+        if flow[2] > last:
+            last = flow[2]
+    state[0], state[1], state[2] = last, at, served
+    return mine
 
 
 def _finish(at: int, busy: int, streams: list[list]) -> int:

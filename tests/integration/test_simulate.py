@@ -170,8 +170,12 @@ def test_tlm_and_analytic_agree_within_3_percent_when_uncontended():
     assert abs(tlm - analytic) / analytic < 0.03
 
 
-def test_contention_shows_in_tlm_but_not_in_analytic():
+def test_contention_shows_in_tlm_and_on_the_analytic_noc_but_not_for_the_first_memory_stream():
     # Four DMA streams into one core's HBM at once, and two NoC flows over one link.
+    # The analytic level serves a memory first come, first served (the first stream is
+    # not slowed) and shares a NoC link between the flows crossing it: the link carries
+    # both in the same time as in tlm (whose allocator favours the flow injected at
+    # the shared link's router, 3:1, where the analytic level splits it evenly).
     tasks = [{"name": f"load{i}", "type": "transfer", "src": "core0.hbm", "dst": "core0.sram",
               "size_bytes": "1MiB"} for i in range(4)]
     tasks += [{"name": "a", "type": "transfer", "src": "core0.sram", "dst": "core3.sram", "size_bytes": "1MiB"},
@@ -179,7 +183,9 @@ def test_contention_shows_in_tlm_but_not_in_analytic():
     tlm = simulate(scenario(tasks, mode="tlm")).ops.set_index("name")["duration_ps"]
     analytic = simulate(scenario(tasks, mode="analytic")).ops.set_index("name")["duration_ps"]
     assert tlm[[f"load{i}" for i in range(4)]].max() > 3 * analytic["load0"]
-    assert tlm[["a", "b"]].max() > 1.5 * analytic["a"]
+    alone = simulate(scenario(tasks[4:5], mode="analytic")).ops.set_index("name")["duration_ps"]
+    assert tlm[["a", "b"]].max() > 1.5 * alone["a"]
+    assert abs(analytic[["a", "b"]].max() / tlm[["a", "b"]].max() - 1) < 0.03
 
 
 def test_memoisation_reuses_identical_segments_with_identical_timing():

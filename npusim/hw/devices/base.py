@@ -164,10 +164,12 @@ class Device:
         return None
 
     def analytic_transfer(self, task: TransferTask, seed: int = 0
-                          ) -> tuple[int, list[tuple[str, int]], list[tuple[Any, str, int, int, int]]]:
+                          ) -> tuple[int, list[tuple[str, int]], list[tuple[Any, str, int, int, int]],
+                                     tuple[tuple[str, ...], int] | None]:
         """Everything the analytic executor needs about a transfer, cached by shape.
 
-        Returns ``(duration_ps, reservations, accounting)``; ``accounting`` lists
+        Returns ``(duration_ps, reservations, accounting, shared)``: ``reservations`` and
+        ``shared`` as :meth:`transfer_reservations` gives them; ``accounting`` lists
         ``(part, action, busy_ps, bytes, transactions, hop_bytes)`` to add per stage,
         ``hop_bytes`` being bytes x router-to-router hops on a routed network and
         ``None`` elsewhere (:meth:`Stage.hops`).  The closed form ignores the task's base
@@ -178,7 +180,7 @@ class Device:
         cached = self.analytic_cache.get(key)
         if cached is None:
             if task.size_bytes <= 0:
-                cached = (0, [], [])
+                cached = (0, [], [], None)
             else:
                 plan = self.plan_transfer(task, seed)
                 chunks = -(-task.size_bytes // max(1, plan.chunk_bytes))
@@ -186,8 +188,9 @@ class Device:
                                self.stage_busy_ps(stage, task.size_bytes, plan.pattern),
                                task.size_bytes, chunks, _hop_bytes(stage, task.size_bytes))
                               for stage in plan.stages]
-                cached = (self.transfer_time_ps(task, seed, plan),
-                          self.transfer_reservations(task, seed, plan), accounting)
+                reservations, shared = self.transfer_reservations(task, seed, plan)
+                cached = (self.transfer_time_ps(task, seed, plan), reservations, accounting,
+                          shared)
             self.analytic_cache[key] = cached
         return cached
 
@@ -213,23 +216,37 @@ class Device:
         return cached
 
     def transfer_reservations(self, task: TransferTask, seed: int = 0,
-                              plan: TransferPlan | None = None) -> list[tuple[str, int]]:
-        """``(resource, busy_ps)`` a transfer occupies in the analytic model: each memory
-        it reads or writes, and each NoC link on its route, for that stage's time."""
+                              plan: TransferPlan | None = None
+                              ) -> tuple[list[tuple[str, int]], tuple[tuple[str, ...], int] | None]:
+        """What a transfer occupies in the analytic model: ``(reservations, shared)``.
+
+        ``reservations`` are ``(resource, busy_ps)``, each memory it reads or writes (and
+        a point-to-point link), served first come, first served for that stage's time.
+        ``shared`` is ``(resources, busy_ps)`` for a routed network (a mesh, ring or
+        line NoC), or ``None``: its source's injection port, each link on its route and
+        its destination's ejection port, which the transfer's packets cross at once and
+        which share their bandwidth between the transfers crossing them (routers
+        interleave their packets; the tlm level's injection port serves one flit a cycle
+        whatever the destinations).  A transfer crosses at most one routed network."""
         if task.size_bytes <= 0:
-            return []
+            return [], None
         plan = plan or self.plan_transfer(task, seed)
         out: list[tuple[str, int]] = []
+        shared = None
         for stage in plan.stages:
             busy = self.stage_time_ps(stage, task.size_bytes, plan.pattern)
             name = self._part_names.get(id(stage.part), stage.part.name)
             route = getattr(stage.part, "route", None) if stage.action == "net" else None
             if callable(route):
-                out.extend((f"{name}.link{tuple(link)}", busy)
-                           for link in route(stage.src_node, stage.dst_node))
+                node = getattr(stage.part, "node", None)  # endpoint -> node id
+                src, dst = ((node(stage.src_node), node(stage.dst_node)) if callable(node)
+                            else (stage.src_node, stage.dst_node))
+                shared = ((f"{name}.inject({src})",
+                           *(f"{name}.link{tuple(link)}" for link in route(src, dst)),
+                           f"{name}.eject({dst})"), busy)
             else:
                 out.append((name, busy))
-        return out
+        return out, shared
 
     def account_transfer(self, task: TransferTask, duration_ps: int, seed: int = 0,
                          plan: TransferPlan | None = None) -> None:
