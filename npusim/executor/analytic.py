@@ -120,10 +120,10 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     chunked: dict[str, list[int]] = {}
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
-    # Per NoC port and link: the transfers crossing it, shared as in :func:`_share`;
+    # Per NoC port and link: the transfers crossing it, a state of :func:`_share`;
     # ``delays`` collects the transfers a newcomer slows, ``(task id, new end)``.  A
     # task whose dependency ends later once it was queued is queued again
-    # (``requeued``): its earlier heap entry is stale, and skipped.
+    # when its entry comes up (``requeued``: some entry may be too early).
     sharing: dict[str, Any] = {}
     sharing_get = sharing.get
     delays: list[tuple[int, int]] = []
@@ -132,7 +132,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         key = pop(heap)
         task_id = key % count
         if requeued and key // count < ready_at[task_id]:
-            continue  # queued again for a later ready time
+            push(heap, ready_at[task_id] * count + task_id)  # ready later: queued again
+            continue
         task = tasks[task_id]
         kind = type(task)
         taken = False  # the unit is free and chose this task from its line
@@ -205,16 +206,23 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 # The NoC's ports and links share their bandwidth between the transfers
                 # crossing them (processor sharing: routers interleave their packets);
                 # one that arrives slows those already there, whose ends move later.
+                # States are never changed in place, so resources that carried the
+                # same transfers share one state, and this transfer's next state there
+                # is worked out once (its route's ports and links often have one).
                 names, busy = shared
-                done = ready + busy
+                end = ready + busy
+                alone = (end, task_id)  # its state where it is alone
+                before = after_state = None
                 for name in names:
                     state = sharing_get(name)
                     if state is None or state[0] <= ready:  # idle: all of it
-                        sharing[name] = (done, ready, busy, task_id)
-                        if done > end:
-                            end = done
+                        sharing[name] = alone
+                    elif state is before:
+                        sharing[name] = after_state
                     else:
-                        later = _share(sharing, name, state, ready, busy, task_id, delays)
+                        later, after_state = _share(state, ready, busy, task_id, delays)
+                        sharing[name] = after_state
+                        before = state
                         if later > end:
                             end = later
             # Each memory is a first-come-first-served bandwidth server: the
@@ -278,8 +286,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                         for successor in after[first[other]:first[other + 1]]:
                             if ready_at[successor] < later:
                                 ready_at[successor] = later
-                                if not waiting[successor]:  # queued: queue it again
-                                    push(heap, later * count + successor)
+                                if not waiting[successor]:  # queued: for too early
                                     requeued = True
                 delays.clear()
             entry = transfer_get(id(accounting))
@@ -330,32 +337,37 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                       extra={"busy_by_name": busy})
 
 
-def _share(sharing: dict[str, Any], name: str, state: Any, at: int, busy: int,
-           task_id: int, delays: list[tuple[int, int]]) -> int:
-    """When ``busy`` of work that arrives at ``at`` on the shared resource ``name`` is
-    done, the work there before it (``state``, not yet done at ``at``) served at an
-    equal share each (processor sharing, as routers that interleave packets give it):
-    ``n`` transfers at once each get ``1/n`` of it.  Transfers whose end there moves
-    later are appended to ``delays`` as ``(task id, new end)``.
+def _share(state: tuple, at: int, busy: int, task_id: int,
+           delays: list[tuple[int, int]]) -> tuple[int, tuple]:
+    """When ``busy`` of work that arrives at ``at`` on a shared resource in ``state``
+    (work there not yet done at ``at``) is done, and the resource's next state: the
+    transfers there are served at an equal share each (processor sharing, as routers
+    that interleave packets give it), ``n`` at once each getting ``1/n`` of it.
+    Transfers whose end there moves later are appended to ``delays`` as ``(task id,
+    new end)``.
 
-    ``sharing[name]`` is ``(end, since, busy, task id)`` for one transfer alone there
-    since it came, else ``[last end, since, served, flows]``: ``served`` is the work
-    each transfer there has had since the resource was last idle, at ``since``, and
-    ``flows`` are ``[served when done, task id, end]`` of those not yet done, in order
-    (a transfer is done when ``served`` reaches its mark, so later arrivals move only
-    the ends, not the marks)."""
-    if type(state) is tuple:  # one transfer there, alone since it came: half each
-        end, _, _, other = state
+    A state is ``(end, task id)`` for one transfer alone there since it came, else
+    ``(last end, since, served, flows)``: ``served`` is the work each transfer there
+    has had since the resource was last idle, at ``since``, and ``flows`` are ``(served
+    when done, task id, end)`` of those not yet done, in order (a transfer is done when
+    ``served`` reaches its mark, so later arrivals move only the ends, not the marks).
+    States are not changed in place: resources may share one."""
+    if len(state) == 2:
+        end, other = state
+    elif state[3][-2][2] <= at:  # the others are done (they end in order of marks)
+        _, other, end = state[3][-1]
+    else:
+        end = 0
+    if end:  # one transfer there, alone since the others ended: half each
         left = end - at  # its work left (it ends after ``at``)
         if busy <= left:
             mine, later = at + 2 * busy, end + busy
-            flows = [[busy, task_id, mine], [left, other, later]]
+            flows = [(busy, task_id, mine), (left, other, later)]
         else:
             mine, later = end + busy, end + left
-            flows = [[left, other, later], [busy, task_id, mine]]
+            flows = [(left, other, later), (busy, task_id, mine)]
         delays.append((other, later))
-        sharing[name] = [mine if mine > later else later, at, 0, flows]
-        return mine
+        return mine, (mine if mine > later else later, at, 0, flows)
     _, since, served, flows = state
     # Serve the flows from ``since`` to ``at``: each of the k not yet done at 1/k.
     elapsed, done, n = at - since, 0, len(flows)
@@ -368,27 +380,29 @@ def _share(sharing: dict[str, Any], name: str, state: Any, at: int, busy: int,
         elapsed -= need
         served = flows[done][0]
         done += 1
-    if done:
-        del flows[:done]
-    insort(flows, [served + busy, task_id, 0])
+    flows = flows[done:]
+    if not flows:  # all done by ``at`` (their ends rounded up): it is alone
+        return at + busy, (at + busy, task_id)
+    insort(flows, (served + busy, task_id, 0))
     now, before, k = at, served, len(flows)
     mine = last = at + busy
-    for flow in flows:
-        now += (flow[0] - before) * k
-        before = flow[0]
+    out = []
+    for mark, other, old in flows:
+        now += (mark - before) * k
+        before = mark
         k -= 1
         end = int(now)
         if end < now:
             end += 1
-        if flow[1] == task_id:
-            flow[2] = mine = end
-        elif end > flow[2]:
-            flow[2] = end
-            delays.append((flow[1], end))
-        if flow[2] > last:
-            last = flow[2]
-    state[0], state[1], state[2] = last, at, served
-    return mine
+        if other == task_id:
+            old = mine = end
+        elif end > old:
+            old = end
+            delays.append((other, end))
+        out.append((mark, other, old))
+        if old > last:
+            last = old
+    return mine, (last, at, served, out)
 
 
 def _finish(at: int, busy: int, streams: list[list]) -> int:

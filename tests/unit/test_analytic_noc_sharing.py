@@ -86,17 +86,18 @@ def test_a_later_transfer_slows_the_one_already_on_the_link_and_its_successor_wa
 
 @pytest.mark.unit
 def test_processor_sharing_serves_each_of_n_transfers_at_one_nth():
-    sharing: dict = {}
     delays: list = []
-    sharing["r"] = (100, 0, 100, 1)  # transfer 1: 100 of work from 0, alone
+    state = (100, 1)  # transfer 1 alone: 100 of work from 0
     # Transfer 2 (20 of work) at 50: both at half rate, it ends at 90, transfer 1 at 120.
-    assert _share(sharing, "r", sharing["r"], 50, 20, 2, delays) == 90
-    assert delays == [(1, 120)]
+    end, state = _share(state, 50, 20, 2, delays)
+    assert end == 90 and delays == [(1, 120)]
     delays.clear()
     # Transfer 3 (10) at 60: three at a third; transfer 2 has 15 left, transfer 1 45.
-    assert _share(sharing, "r", sharing["r"], 60, 10, 3, delays) == 90
+    end, after = _share(state, 60, 10, 3, delays)
+    assert end == 90
     assert sorted(delays) == [(1, 130), (2, 100)]
-    assert sharing["r"][0] == 130  # work-conserving: 130 of work done by 130
+    assert after[0] == 130  # work-conserving: 130 of work done by 130
+    assert state[3] == [(20, 2, 90), (50, 1, 120)]  # states are not changed in place
 
 
 @pytest.mark.unit
