@@ -65,8 +65,10 @@ def _names(runs: Sequence[tuple[dict, dict, str | None]], names: Sequence[str] |
         return names
     short = [Path(where).name or where if where else f"run{i + 1}"
              for i, (_, _, where) in enumerate(runs)]
-    out = [where if where and short.count(name) > 1 else name
-           for name, (_, _, where) in zip(short, runs)]
+    wheres = [where for _, _, where in runs]
+    # two directories with one name: their paths (the same directory twice: numbered)
+    out = [where if where and len({w for n, w in zip(short, wheres) if n == name}) > 1
+           else name for name, where in zip(short, wheres)]
     # the same directory twice, or a Result named like a directory: number them
     return [f"{name} ({i + 1})" if out.count(name) > 1 else name for i, name in enumerate(out)]
 
