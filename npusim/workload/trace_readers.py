@@ -24,7 +24,7 @@ __all__ = ["read_trace", "resolve_trace_path"]
 
 def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = None,
                rate_scale: float = 1.0, allow_simultaneous: bool = False,
-               hash_block_tokens: int | None = None) -> RequestTrace:
+               hash_block_tokens: int | None = None, settings: str = "") -> RequestTrace:
     """Read a request trace from CSV, JSONL, the Azure LLM inference format or the
     Mooncake format.
 
@@ -37,22 +37,23 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
     the Mooncake format's millisecond timestamps may repeat by definition, so there they
     always pass).
     ``hash_block_tokens``: prompt tokens each ``hash_ids`` entry covers (default
-    512, Mooncake's block).
+    512, Mooncake's block).  ``settings`` prefixes these options' names in messages
+    (``workload.trace.``: where a scenario sets them).
 
     Raises :class:`TraceError` naming file, line, column, value and expectation.
     """
     path = Path(path)
     source = str(path)
     if format not in FORMATS:
-        raise TraceError(f"{source}: unknown trace format {format!r}; expected one of "
-                         f"{', '.join(FORMATS)}")
+        raise TraceError(f"{source}: {settings}format: unknown trace format {format!r}; "
+                         f"expected one of {', '.join(FORMATS)}")
     if hash_block_tokens is not None and (isinstance(hash_block_tokens, bool) or not
                                           isinstance(hash_block_tokens, int) or hash_block_tokens < 1):
-        raise TraceError(f"{source}: hash_block_tokens: got {hash_block_tokens!r}; expected an "
-                         "integer >= 1 (prompt tokens per hashed block)")
+        raise TraceError(f"{source}: {settings}hash_block_tokens: got {hash_block_tokens!r}; "
+                         "expected an integer >= 1 (prompt tokens per hashed block)")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise TraceError(f"{source}: limit: got {limit!r}; expected an integer >= 1 "
-                         "(the number of requests to keep)")
+        raise TraceError(f"{source}: {settings}limit: got {limit!r}; expected an integer "
+                         ">= 1 (the number of requests to keep)")
     if path.is_dir():
         raise TraceError(f"{source}: is a directory; expected a trace file")
     if not path.is_file():
@@ -78,9 +79,9 @@ def read_trace(path: str | Path, format: str = "auto", *, limit: int | None = No
                    hash_block_tokens or DEFAULT_HASH_BLOCK_TOKENS)
     if hash_block_tokens is not None and not trace.has_block_hashes:
         # the setting would be ignored without a word: a trace meant to carry hashes lost them
-        raise TraceError(f"{source}: hash_block_tokens = {hash_block_tokens}, but no request "
-                         "of the file has hash_ids; expected a hash_ids column (or key), or "
-                         "no hash_block_tokens")
+        raise TraceError(f"{source}: {settings}hash_block_tokens = {hash_block_tokens}, but no "
+                         "request of the file has hash_ids; expected a hash_ids column (or "
+                         "key), or no hash_block_tokens")
     return trace.rescale_rate(rate_scale)  # also validates the factor (returns self for 1)
 
 

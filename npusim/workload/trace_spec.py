@@ -192,7 +192,7 @@ class TraceSpec(GeneratorSpec):
             return read_trace(path, self.format,
                               limit=self.limit, rate_scale=self.rate_scale,
                               allow_simultaneous=self.allow_simultaneous,
-                              hash_block_tokens=self.hash_block_tokens)
+                              hash_block_tokens=self.hash_block_tokens, settings=f"{where}.")
         trace = generate_trace(self.num_requests, self.arrival, self.prompt, self.output,
                                seed=self.seed if self.seed is not None else default_seed,
                                where=f"{where}.", priorities=self.priorities,

@@ -103,3 +103,16 @@ def test_a_json_array_of_requests_says_to_write_json_lines(tmp_path):
     with pytest.raises(TraceError, match=r"t\.json:2: got a JSON list; expected one JSON object "
                                          r"per line$"):
         read_trace(path)
+
+
+@pytest.mark.unit
+def test_hash_block_tokens_on_a_trace_without_hashes_is_named_at_its_setting(tmp_path):
+    # the message named the file and the value but not the setting that asked for hashes
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ps,prompt_tokens,output_tokens\n0,16,4\n")
+    spec = validate(TraceSpec, {"file": str(trace), "hash_block_tokens": 16}, "s.yaml")
+    with pytest.raises(TraceError, match=r": workload\.trace\.hash_block_tokens = 16, but no "
+                                         r"request of the file has hash_ids"):
+        spec.build()
+    with pytest.raises(TraceError, match=r"t\.csv: hash_block_tokens = 16, but"):
+        read_trace(trace, hash_block_tokens=16)  # the API's own argument, by its name
