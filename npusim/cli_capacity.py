@@ -11,9 +11,9 @@ from typing import List, Optional
 import typer
 
 from npusim.cli_common import (OnceOptionsCommand, check_option_conflicts, hw_option,
-                               mode_option, name_option_origins, option_origins, set_option,
-                               trace_option, trace_override, path_argument, real_number,
-                               whole_number)
+                               mode_option, mode_problem, name_option_origins, option_origins,
+                               set_option, trace_option, trace_override, path_argument,
+                               real_number, whole_number)
 from npusim.cli_common import guard as _guard
 from npusim.sweep.capacity import DEFAULTS
 
@@ -68,6 +68,8 @@ def capacity(
             raise NpusimError("; ".join(f"{options[name]}: {message}" for name, message in problems))
         check_option_conflicts(set_, {"--trace": (trace, ("workload.trace.file",)),
                                       "--mode": (mode, ("run.mode",)), "--hw": (hw, ("hw",))})
+        if mode_problem(mode):  # as npusim run says it, not as the scenario's run.mode
+            raise NpusimError(f"{scenario}: {mode_problem(mode)}")
         out_path = option_path(out, "--out", "a directory for the results")
         overrides = trace_override(trace) + list(set_) + ([f"run.mode={mode}"] if mode is not None else [])
         config = load_scenario(scenario, overrides, option_path(hw, "--hw", "a hardware YAML file"))

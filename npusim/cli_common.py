@@ -70,6 +70,14 @@ def mode_option() -> Any:
     return typer.Option(None, "--mode", metavar="tlm|analytic", help="Fidelity: tlm or analytic.")
 
 
+def mode_problem(mode: str | None) -> str | None:
+    """What is wrong with a ``--mode`` value, worded as ``npusim run`` reports it (the
+    schema's message), or ``None``."""
+    if mode is None or mode in ("tlm", "analytic"):
+        return None
+    return f"--mode: Input should be 'tlm' or 'analytic' (got {mode!r})"
+
+
 def trace_option() -> Any:
     """``--trace FILE`` for serving workloads."""
     return typer.Option(None, "--trace", metavar="FILE",

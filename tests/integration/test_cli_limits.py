@@ -105,6 +105,15 @@ def test_options_name_themselves_not_the_scenario_key(option, needle, tmp_path, 
     expect_error(["run", str(QUICKSTART), *option, "--out", str(tmp_path)], capsys, needle)
 
 
+@pytest.mark.parametrize("command", ["run", "capacity"])
+def test_a_bad_mode_is_worded_alike_by_run_and_capacity(command, tmp_path, capsys):
+    # capacity said "invalid configuration (1 problem) run.mode: ... (from the override
+    # run.mode=fast)", naming a field the user never wrote
+    serving = QUICKSTART.parent / "qwen3_4b_npu64_pd_disagg.yaml"
+    expect_error([command, str(serving), "--mode", "fast", "--out", str(tmp_path)], capsys,
+                 f"{serving}: --mode: Input should be 'tlm' or 'analytic' (got 'fast')")
+
+
 def test_an_empty_scenario_path_is_named_as_empty(capsys):
     # it was ".: is a directory; expected a YAML file" (Path('') is the working directory)
     code, _, err = run_cli(["run", ""], capsys)
