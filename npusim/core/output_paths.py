@@ -5,6 +5,7 @@ replaced whole (:func:`atomic_output`)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Mapping
@@ -97,15 +98,32 @@ def check_output_dir(path: str | Path, option: str = "--out", purpose: str = "th
 
 
 def check_output_file(path: str | Path, option: str) -> Path:
-    """``path`` is, or can be created as, a writable regular file; returns it."""
+    """``path`` is, or can be created as, a writable regular file; returns it.
+
+    A new file is probed as :func:`check_output_dir` probes a directory: its directory
+    is made (and removed again) if missing, else a temporary file is created in it and
+    removed, since permissions do not tell everything (root passes ``os.access`` for
+    ``/sys`` yet cannot create a file there), and a run must not find out at its end."""
     path = Path(path)
+    where = f"{option} {path}"
     if path.exists():
         if path.is_dir():
-            raise OutputError(f"{option} {path}: is a directory; expected a file name")
+            raise OutputError(f"{where}: is a directory; expected a file name")
         if not os.access(path, os.W_OK):
-            raise OutputError(f"{option} {path}: file is not writable")
+            raise OutputError(f"{where}: file is not writable")
         return path
-    _check_creatable(path, f"{option} {path}")
+    _check_creatable(path, where)
+    parent = path.parent
+    if not parent.exists():
+        check_output_dir(parent, option=where + ":", purpose="the file")
+        return path
+    try:
+        handle, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as exc:
+        raise OutputError(f"{where}: cannot create a file in {parent} "
+                          f"({exc.strerror or exc})") from None
+    os.close(handle)
+    os.unlink(probe)
     return path
 
 

@@ -1,11 +1,12 @@
-"""Replacing an output file whole (atomic_output)."""
+"""Output files: replaced whole (atomic_output), checked writable before any work
+(check_output_file)."""
 
 from pathlib import Path
 
 import pytest
 
 from npusim.core.errors import OutputError
-from npusim.core.output_paths import atomic_output
+from npusim.core.output_paths import atomic_output, check_output_file
 
 pytestmark = pytest.mark.unit
 
@@ -52,3 +53,18 @@ def test_a_link_keeps_pointing_at_its_target_and_a_device_is_written_in_place(tm
             with atomic_output("/dev/full", "the report") as handle:
                 handle.write("x" * 100_000)
         assert Path("/dev/full").is_char_device()
+
+
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs Linux's /sys")
+def test_a_new_file_where_none_can_be_created_is_refused_before_any_work(tmp_path):
+    # root passes os.access for /sys, so `validate --report /sys/r.md` ran every case
+    # and only then failed to write its report
+    with pytest.raises(OutputError, match=r"^--report /sys/r\.md: cannot create a file "
+                                          r"in /sys"):
+        check_output_file("/sys/r.md", "--report")
+    with pytest.raises(OutputError, match=r"^--csv /sys/new/c\.csv: /sys/new: cannot create"):
+        check_output_file("/sys/new/c.csv", "--csv")
+    # a writable place passes and is left as it was: no probe file, no directory made
+    assert check_output_file(tmp_path / "r.md", "--report") == tmp_path / "r.md"
+    assert check_output_file(tmp_path / "a" / "b" / "r.md", "--report")
+    assert list(tmp_path.iterdir()) == []
