@@ -31,8 +31,7 @@ that agreement is tested.
 from __future__ import annotations
 
 import heapq
-import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, not_
@@ -41,6 +40,9 @@ from typing import Any
 from npusim.executor.base import (OPERAND_STALL, SRAM_OPERAND_PORT, SRAM_OPERAND_READ,
                                   SRAM_OPERAND_WRITTEN, SegmentRun, host_resource,
                                   operand_port_busy, operand_sram_bytes)
+from npusim.executor.sharing import finish as _finish
+from npusim.executor.sharing import pace as _pace
+from npusim.executor.sharing import share as _share
 from npusim.hw.devices.base import Device
 from npusim.mapping.taskgraph import ComputeTask, HostTask, TaskGraph, TransferTask
 
@@ -120,13 +122,17 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     chunked: dict[str, list[int]] = {}
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
-    # Per NoC port and link: the transfers crossing it, a state of :func:`_share`;
-    # ``delays`` collects the transfers a newcomer slows, ``(task id, new end)``.  A
-    # task whose dependency ends later once it was queued is queued again
-    # when its entry comes up (``requeued``: some entry may be too early).
+    # Per NoC port and link: the transfers crossing it, a state of
+    # :func:`~npusim.executor.sharing.share`; ``delays`` collects the transfers a
+    # newcomer slows, ``(task id, new end)``.  A task whose dependency ends later once it
+    # was queued is queued again when its entry comes up (``requeued``: some entry may
+    # be too early).
     sharing: dict[str, Any] = {}
     sharing_get = sharing.get
     delays: list[tuple[int, int]] = []
+    # Per NoC transfer: its head's path latency, paid once after its shared flit time
+    # (a delay moves its end by the flits' new end plus this).
+    net_latency: dict[int, int] = {}
     requeued = False
     while heap:
         key = pop(heap)
@@ -209,7 +215,8 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 # States are never changed in place, so resources that carried the
                 # same transfers share one state, and this transfer's next state there
                 # is worked out once (its route's ports and links often have one).
-                names, busy = shared
+                names, busy, latency = shared
+                net_latency[task_id] = latency
                 end = ready + busy
                 alone = (end, task_id)  # its state where it is alone
                 before = after_state = None
@@ -225,6 +232,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                         before = state
                         if later > end:
                             end = later
+                end += latency
             # Each memory is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
@@ -280,6 +288,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             transfer_busy += duration
             if delays:  # transfers slowed by this one on a shared port or link
                 for other, later in delays:
+                    later += net_latency[other]
                     if later > ends[other] > ready:  # (not one already done)
                         transfer_busy += later - ends[other]
                         ends[other] = later
@@ -335,105 +344,6 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
         busy["host"] = host_busy
     return SegmentRun(graph, starts, ends, _unit_stats(device, computes, transfers), events=0,
                       extra={"busy_by_name": busy})
-
-
-def _share(state: tuple, at: int, busy: int, task_id: int,
-           delays: list[tuple[int, int]]) -> tuple[int, tuple]:
-    """When ``busy`` of work that arrives at ``at`` on a shared resource in ``state``
-    (work there not yet done at ``at``) is done, and the resource's next state: the
-    transfers there are served at an equal share each (processor sharing, as routers
-    that interleave packets give it), ``n`` at once each getting ``1/n`` of it.
-    Transfers whose end there moves later are appended to ``delays`` as ``(task id,
-    new end)``.
-
-    A state is ``(end, task id)`` for one transfer alone there since it came, else
-    ``(last end, since, served, flows)``: ``served`` is the work each transfer there
-    has had since the resource was last idle, at ``since``, and ``flows`` are ``(served
-    when done, task id, end)`` of those not yet done, in order (a transfer is done when
-    ``served`` reaches its mark, so later arrivals move only the ends, not the marks).
-    States are not changed in place: resources may share one."""
-    if len(state) == 2:
-        end, other = state
-    elif state[3][-2][2] <= at:  # the others are done (they end in order of marks)
-        _, other, end = state[3][-1]
-    else:
-        end = 0
-    if end:  # one transfer there, alone since the others ended: half each
-        left = end - at  # its work left (it ends after ``at``)
-        if busy <= left:
-            mine, later = at + 2 * busy, end + busy
-            flows = [(busy, task_id, mine), (left, other, later)]
-        else:
-            mine, later = end + busy, end + left
-            flows = [(left, other, later), (busy, task_id, mine)]
-        delays.append((other, later))
-        return mine, (mine if mine > later else later, at, 0, flows)
-    _, since, served, flows = state
-    # Serve the flows from ``since`` to ``at``: each of the k not yet done at 1/k.
-    elapsed, done, n = at - since, 0, len(flows)
-    while done < n:
-        k = n - done
-        need = (flows[done][0] - served) * k
-        if need > elapsed:
-            served += elapsed / k
-            break
-        elapsed -= need
-        served = flows[done][0]
-        done += 1
-    flows = flows[done:]
-    if not flows:  # all done by ``at`` (their ends rounded up): it is alone
-        return at + busy, (at + busy, task_id)
-    insort(flows, (served + busy, task_id, 0))
-    now, before, k = at, served, len(flows)
-    mine = last = at + busy
-    out = []
-    for mark, other, old in flows:
-        now += (mark - before) * k
-        before = mark
-        k -= 1
-        end = int(now)
-        if end < now:
-            end += 1
-        if other == task_id:
-            old = mine = end
-        elif end > old:
-            old = end
-            delays.append((other, end))
-        out.append((mark, other, old))
-        if old > last:
-            last = old
-    return mine, (last, at, served, out)
-
-
-def _finish(at: int, busy: int, streams: list[list]) -> int:
-    """When ``busy`` of work on a resource, started at ``at``, is done: the paced
-    ``streams`` keep their share of its bandwidth (they were there first) and the work
-    gets what they leave, all of it once they end (streams ended by ``at`` are dropped).
-    Work-conserving: a resource already used at its full rate serves nothing new until
-    the streams end, as a first-come-first-served server would."""
-    streams[:] = [stream for stream in streams if stream[1] > at]
-    if not streams:
-        return at + busy
-    now, remaining = at, busy
-    for point in sorted({edge for stream in streams for edge in stream[:2] if edge > at}):
-        rate = 1.0 - sum(share for begin, end, share in streams if begin <= now < end)
-        if rate > 0:
-            if (point - now) * rate >= remaining:
-                return now + math.ceil(remaining / rate)
-            remaining -= (point - now) * rate
-        now = point
-    return now + math.ceil(remaining)
-
-
-def _pace(paced: dict[str, list[list]], name: str, start: int, end: int, busy: int,
-          now: int) -> None:
-    """Record ``busy`` of work on ``name`` spread evenly over ``[start, end)``; ``now``
-    is the scheduling time (tasks are taken in order of it, so none asks before it)."""
-    if busy > 0 and end > start:
-        streams = paced.setdefault(name, [])
-        if len(streams) >= 64:  # a resource only ever paced: drop the streams ended by now
-            streams[:] = [stream for stream in streams if stream[1] > now]
-        streams.append([start, end, busy / (end - start)])
 
 
 _COUNTERS = ("busy_ps", "ops", "flops", "bytes_read", "bytes_written", "transactions")

@@ -7,7 +7,8 @@ import pytest
 
 from npusim.api import build_device
 from npusim.config.loader import scenario_from_dict
-from npusim.executor.analytic import _finish, run_analytic
+from npusim.executor.analytic import run_analytic
+from npusim.executor.sharing import finish as _finish
 from npusim.executor.base import prepare
 from npusim.executor.tlm import run_tlm
 from npusim.mapping.taskgraph import TaskGraph

@@ -165,7 +165,7 @@ class Device:
 
     def analytic_transfer(self, task: TransferTask, seed: int = 0
                           ) -> tuple[int, list[tuple[str, int]], list[tuple[Any, str, int, int, int]],
-                                     tuple[tuple[str, ...], int] | None]:
+                                     tuple[tuple[str, ...], int, int] | None]:
         """Everything the analytic executor needs about a transfer, cached by shape.
 
         Returns ``(duration_ps, reservations, accounting, shared)``: ``reservations`` and
@@ -217,17 +217,21 @@ class Device:
 
     def transfer_reservations(self, task: TransferTask, seed: int = 0,
                               plan: TransferPlan | None = None
-                              ) -> tuple[list[tuple[str, int]], tuple[tuple[str, ...], int] | None]:
+                              ) -> tuple[list[tuple[str, int]],
+                                         tuple[tuple[str, ...], int, int] | None]:
         """What a transfer occupies in the analytic model: ``(reservations, shared)``.
 
         ``reservations`` are ``(resource, busy_ps)``, each memory it reads or writes (and
         a point-to-point link), served first come, first served for that stage's time.
-        ``shared`` is ``(resources, busy_ps)`` for a routed network (a mesh, ring or
-        line NoC), or ``None``: its source's injection port, each link on its route and
-        its destination's ejection port, which the transfer's packets cross at once and
-        which share their bandwidth between the transfers crossing them (routers
+        ``shared`` is ``(resources, busy_ps, latency_ps)`` for a routed network (a mesh,
+        ring or line NoC), or ``None``: its source's injection port, each link on its
+        route and its destination's ejection port, which the transfer's packets cross at
+        once and which share their bandwidth between the transfers crossing them (routers
         interleave their packets; the tlm level's injection port serves one flit a cycle
-        whatever the destinations).  A transfer crosses at most one routed network."""
+        whatever the destinations).  ``busy_ps`` is the flits' time, which is shared;
+        ``latency_ps`` the head's path latency, paid once after it whatever the sharing
+        (shared too, it made six 128-byte sends into one core 2.4x slower than tlm).  A
+        transfer crosses at most one routed network."""
         if task.size_bytes <= 0:
             return [], None
         plan = plan or self.plan_transfer(task, seed)
@@ -241,9 +245,12 @@ class Device:
                 node = getattr(stage.part, "node", None)  # endpoint -> node id
                 src, dst = ((node(stage.src_node), node(stage.dst_node)) if callable(node)
                             else (stage.src_node, stage.dst_node))
+                zero_load = getattr(stage.part, "zero_load_cycles", None)
+                latency = (min(busy, (zero_load(src, dst, 1) - 1) * stage.part.period_ps)
+                           if callable(zero_load) else 0)
                 shared = ((f"{name}.inject({src})",
                            *(f"{name}.link{tuple(link)}" for link in route(src, dst)),
-                           f"{name}.eject({dst})"), busy)
+                           f"{name}.eject({dst})"), busy - latency, latency)
             else:
                 out.append((name, busy))
         return out, shared
