@@ -9,12 +9,14 @@ from typing import List, Optional
 
 import typer
 
-from npusim.cli_common import OnceOptionsCommand
+from npusim.cli_common import OnceOptionsCommand, path_argument
 from npusim.cli_common import guard as _guard
 
 
 def compare(
     runs: List[Path] = typer.Argument(..., metavar="RUN_DIR...",
+                                      parser=path_argument("a run directory (npusim run "
+                                                           "--out DIR)"),
                                       help="Two or more run directories (npusim run --out "
                                       "DIR); the first is the baseline."),
     metric: Optional[List[str]] = typer.Option(
@@ -46,6 +48,11 @@ def compare(
         console = Console()
         console.print(_settings_table(settings) if len(settings) else
                       "[bold]settings:[/bold] the resolved configurations are the same")
+        if "workload.kind" in settings.index:
+            kinds = ", ".join(dict.fromkeys(map(str, settings.loc["workload.kind"])))
+            console.print(f"[yellow]note: the runs' workloads are of different kinds "
+                          f"({kinds}): a metric they share does not measure the same "
+                          "thing[/yellow]")
         console.print(_metrics_table(metrics, len(runs)))
         if target is not None:
             target.parent.mkdir(parents=True, exist_ok=True)  # checked creatable above
@@ -60,11 +67,12 @@ def _settings_table(settings):
     from rich.table import Table
 
     table = Table(title="settings that differ", show_header=True)
-    table.add_column("setting")
+    table.add_column("setting", no_wrap=True)  # a path cut short names nothing
     for column in settings.columns:
         table.add_column(str(column), overflow="fold")
-    for path, row in settings.iterrows():
-        table.add_row(str(path), *(str(value) for value in row))
+    # (rows as given: a row of a DataFrame would turn a None among numbers into nan)
+    for path, values in settings.to_dict("index").items():
+        table.add_row(str(path), *(str(values[column]) for column in settings.columns))
     return table
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -65,10 +66,12 @@ def _names(runs: Sequence[tuple[dict, dict, str | None]], names: Sequence[str] |
         return names
     short = [Path(where).name or where if where else f"run{i + 1}"
              for i, (_, _, where) in enumerate(runs)]
-    wheres = [where for _, _, where in runs]
-    # two directories with one name: their paths (the same directory twice: numbered)
-    out = [where if where and len({w for n, w in zip(short, wheres) if n == name}) > 1
-           else name for name, where in zip(short, wheres)]
+    typed = [where for _, _, where in runs]
+    # a directory is itself however it is spelt (runs/a, ./runs/a, its absolute path)
+    real = [os.path.realpath(where) if where else None for where in typed]
+    # two directories with one name: their paths as given (the same one twice: numbered)
+    out = [where if where and len({r for n, r in zip(short, real) if n == name}) > 1
+           else name for name, where in zip(short, typed)]
     # the same directory twice, or a Result named like a directory: number them
     return [f"{name} ({i + 1})" if out.count(name) > 1 else name for i, name in enumerate(out)]
 
@@ -205,7 +208,8 @@ def _differ(a: Any, b: Any) -> bool:
 
 
 def _text(value: Any) -> Any:
-    """A setting as its table shows it: containers as JSON text, the rest as is."""
-    if isinstance(value, (dict, list)):
+    """A setting as its table shows it, spelt as in the YAML: ``null``, ``true``,
+    containers as JSON text, the rest as is."""
+    if value is None or isinstance(value, (bool, dict, list)):
         return json.dumps(value, sort_keys=True)
     return value

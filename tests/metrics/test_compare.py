@@ -135,3 +135,29 @@ def test_values_print_in_readable_units():
     assert _value("ring") == "ring" and _value(True) == "True"
     assert _percent(0.0) == "0%" and _percent(1e-5) == "+0.00%" and _percent(-4.37) == "-4.37%"
     assert _percent(float("nan")) == ""
+
+
+@pytest.mark.component
+def test_settings_read_as_yaml_and_one_directory_is_one_run_however_spelt(runs, capsys,
+                                                                         monkeypatch):
+    from npusim.analysis.compare import _text
+
+    root, _, _ = runs
+    # a null among numbers printed as nan, a boolean as True
+    assert [_text(v) for v in (None, True, False, 3, "x", [1])] == ["null", "true", "false",
+                                                                    3, "x", "[1]"]
+    monkeypatch.chdir(root)
+    assert list(analysis.config_diff("base", str(root / "base")).columns) == ["base (1)",
+                                                                              "base (2)"]
+    served = simulate(REPO_ROOT / "workloads" / "scenarios" / "qwen3_4b_npu64_pd_fusion.yaml",
+                      mode="analytic", overrides=["workload.trace.limit=2"])
+    served.write(root / "served")
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = cli(["compare", root / "base", root / "served"], capsys)
+    assert code == 0, err
+    assert "workload.trace.hash_block_tokens" in out  # a path is never cut short
+    assert "nan" not in out and "None" not in out and "null" in out
+    assert "workloads are of different kinds (gemm, serving)" in out
+    code, _, err = cli(["compare", "", root / "base"], capsys)
+    assert code == 2 and "got an empty path ''" in err
+
