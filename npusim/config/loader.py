@@ -200,7 +200,8 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
         elif kind == "invalid_key":  # `1: 2` or `~: x`: was "hw[1]", a list item's path
             path, key = format_path(parts[:-1]), error.get("input")
             what = "null" if key is None else "boolean" if isinstance(key, bool) else "number"
-            message = f"key {key!r} is read as a {what}; expected a field name (quote it if text)"
+            spelt = "null" if key is None else str(key).lower() if isinstance(key, bool) else key
+            message = f"key {spelt} is read as a {what}; expected a field name (quote it if text)"
         elif kind == "missing":
             message = "required field is missing"
         elif kind == "union_tag_invalid":

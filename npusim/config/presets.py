@@ -51,8 +51,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # PyYAML could not even say so
                 raise yaml.constructor.ConstructorError(
                     None, None, "'<<' (a YAML 1.1 merge key) is not read: npusim reads YAML "
-                    "1.2; expected plain keys (write the shared keys out, or keep them in a "
-                    "file and start this mapping with preset: FILE.yaml)", key_node.start_mark)
+                    "1.2; expected plain keys (write the shared keys out; a hardware block can "
+                    "keep them in a file it names with preset: FILE.yaml)", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)

@@ -252,7 +252,8 @@ def _check_op_kind(device, unit_name: str, op: Op, index: int) -> None:
     unit = device.compute_unit(unit_name) if hasattr(device, "compute_unit") else None
     if unit is None or not hasattr(unit, "supports") or unit.supports(op):
         return
-    able = [name for name in device.compute_units() if device.part(name).supports(op)]
+    able = [name for name in device.compute_units()
+            if getattr(device.part(name), "supports", lambda _: True)(op)]
     shown = ", ".join(able[:3]) + (", ..." if len(able) > 3 else "")
     raise MappingError(f"workload.tasks[{index}].unit: {unit_name} ({type(unit).__name__}) "
                        f"cannot run the task's op.kind {op.kind!r}; expected a unit that "

@@ -92,7 +92,7 @@ def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Ite
                 # a pretty-printed array of objects (json.dump(requests, f, indent=2))
                 array = " (this looks like one JSON array: write JSON Lines, one object " \
                     "per line, e.g. pandas' to_json(orient='records', lines=True))" \
-                    if line.strip() == "[" else ""
+                    if line.lstrip().startswith("[") else ""
                 raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
                                  f"{exc.colno}); expected one JSON object per line"
                                  f"{array}") from None

@@ -55,14 +55,15 @@ def test_a_flow_mapping_without_a_space_after_the_colon_is_explained():
     assert "YAML needs a space after the colon: {lanes: 4}" in str(info.value)
 
 
-@pytest.mark.parametrize("key, what", [(1, "number"), (2.5, "number"), (True, "boolean"),
-                                       (None, "null")])
-def test_a_key_that_is_not_text_is_named_on_its_mapping(key, what):
+@pytest.mark.parametrize("key, spelt, what", [(1, "1", "number"), (2.5, "2.5", "number"),
+                                              (True, "true", "boolean"), (None, "null", "null")])
+def test_a_key_that_is_not_text_is_named_on_its_mapping(key, spelt, what):
     # `1: 2` in a block was reported at "sram[1]" (a list item's path) as "Keys should be
-    # strings", and a null key at "sram.None".
+    # strings", and a null key at "sram.None"; the key is spelt as the YAML has it (not
+    # Python's True / None)
     with pytest.raises(ConfigError) as info:
         loader.validate(Core, {"sram": {"capacity_bytes": 1, key: 2}}, "core.yaml")
-    assert info.value.problems == [("sram", f"key {key!r} is read as a {what}; expected a "
+    assert info.value.problems == [("sram", f"key {spelt} is read as a {what}; expected a "
                                             "field name (quote it if text)")]
 
 

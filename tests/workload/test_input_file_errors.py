@@ -99,6 +99,11 @@ def test_a_json_array_of_requests_says_to_write_json_lines(tmp_path):
     with pytest.raises(TraceError, match=r"t\.json:1: got a JSON list; expected one JSON object "
                                          r"per line \(a whole trace as one array"):
         read_trace(path)
+    # an array whose first object opens on the bracket's line (json.dumps(rows)[:-1] cut)
+    path.write_text("[" + json.dumps(rows[0]) + ",\n" + json.dumps(rows[1]) + "]\n")
+    with pytest.raises(TraceError, match=r"t\.json:1: invalid JSON .*this looks like one "
+                                         r"JSON array"):
+        read_trace(path)
     path.write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
     with pytest.raises(TraceError, match=r"t\.json:2: got a JSON list; expected one JSON object "
                                          r"per line$"):
