@@ -199,6 +199,12 @@ def locate(path: str | Path) -> Path:
     return shipped if shipped.is_file() else given
 
 
+def _line_column(text: str, offset: int) -> str:
+    """``line L, column C`` (from 1) of character ``offset`` of ``text``."""
+    before = text[:offset]
+    return f"line {before.count(chr(10)) + 1}, column {len(before.rsplit(chr(10), 1)[-1]) + 1}"
+
+
 def read_yaml(path: Path) -> Any:
     """Parse a YAML file; a syntax error, a duplicate key, a file that is not UTF-8 text
     or a missing file becomes a :class:`ConfigError`."""
@@ -216,8 +222,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError(str(path), [("", f"cannot read file: {exc.strerror}")]) from None
     if "\0" in text:  # PyYAML's own message was two lines about "<unicode string>"
-        before = text[:text.index("\0")]
-        where = f"line {before.count(chr(10)) + 1}, column {len(before.rsplit(chr(10), 1)[-1]) + 1}"
+        where = _line_column(text, text.index("\0"))
         raise ConfigError(str(path), [(where, "NUL byte; expected a UTF-8 text (YAML) file"
                                               f"{utf16_hint(raw)}")])
     try:
@@ -227,9 +232,7 @@ def read_yaml(path: Path) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if isinstance(exc, yaml.reader.ReaderError):  # a control character: no mark
-            before = text[:exc.position]
-            where = (f"line {before.count(chr(10)) + 1}, "
-                     f"column {len(before.rsplit(chr(10), 1)[-1]) + 1}")
+            where = _line_column(text, exc.position)
             code = exc.character if isinstance(exc.character, int) else ord(exc.character)
             problem = f"character U+{code:04X} (a control character); expected printable text"
         kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
