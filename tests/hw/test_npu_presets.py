@@ -113,3 +113,19 @@ def test_ascend_910b2_totals():
     # 192 MiB of L2 shared by 24 cores is the bulk of each core's modelled SRAM.
     assert hw.core.sram.capacity_bytes >= (192 << 20) // cores
     assert cores * hw.hbm.capacity_bytes == 48 << 30
+
+
+@pytest.mark.unit
+def test_a_dma_burst_group_below_one_hbm_burst_is_refused():
+    # 1-byte groups were accepted, and a tlm run then simulated every byte as a
+    # transaction (it seemed to hang)
+    from npusim.core.errors import ConfigError
+
+    def scenario(group: int):
+        return scenario_from_dict({"name": "t", "hw": {"preset": "npu/large_core_64",
+                                                       "core": {"dma": {"burst_group_bytes": group}}},
+                                   "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
+    with pytest.raises(ConfigError, match=r"core\.dma\.burst_group_bytes \(1 B\) is smaller "
+                                          r"than one HBM burst \(32 B"):
+        scenario(1)
+    assert scenario(32).hw.core.dma.burst_group_bytes == 32  # one burst is enough

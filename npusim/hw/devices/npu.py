@@ -42,7 +42,8 @@ class DmaConfig(NumbersNotBooleans):
     burst_group_bytes: Bytes = Field(
         16384, gt=0, description="Bytes per memory transaction (a tile-sized burst group). "
                                  "Assumption: 16 KiB, a typical DMA descriptor size; larger "
-                                 "groups mean fewer simulated events.")
+                                 "groups mean fewer simulated events.  At least one HBM "
+                                 "burst (the DRAM moves whole bursts).")
     max_outstanding: int = Field(
         8, ge=1, description="Burst groups the DMA keeps in flight at once (assumption: 8). "
                              "Below a transfer's stage count (read, NoC, write) it bounds "
@@ -94,6 +95,14 @@ class NpuConfig(PartConfig):
                 f"core.dma.burst_group_bytes ({self.core.dma.burst_group_bytes} B) exceeds "
                 f"core.sram.capacity_bytes ({self.core.sram.capacity_bytes} B); "
                 "a DMA burst group must fit in the scratchpad")
+        if self.hbm is not None and self.core.dma.burst_group_bytes < self.hbm.burst_bytes:
+            # (1 B groups were accepted: a tlm run then simulated every byte as a
+            # transaction and seemed to hang)
+            raise ValueError(
+                f"core.dma.burst_group_bytes ({self.core.dma.burst_group_bytes} B) is smaller "
+                f"than one HBM burst ({self.hbm.burst_bytes} B: hbm.bus_width_bits x "
+                f"hbm.burst_length / 8); expected at least {self.hbm.burst_bytes} B, as the "
+                "DRAM moves whole bursts")
         if self.host is not None and self.host.port_core >= self.num_cores:
             raise ValueError(f"host.port_core = {self.host.port_core} is not a core of this "
                              f"{self.num_cores}-core chip (expected 0..{self.num_cores - 1})")
