@@ -38,8 +38,8 @@ def load_sweep_requests(out_dir: str | Path, columns: Iterable[str] | None = Non
     spec's order: :func:`varying_params` picks those that tell the points apart),
     ``points_total`` and ``points_missing`` (as
     :func:`load_sweep`), ``points_with_requests`` and ``points_without_requests``
-    (serving points that ran but whose table is not stored: they ran before the option
-    was set, and the next run of the sweep stores them; also a warning).
+    (serving points that ran but whose table is not stored: they ran while the option
+    was not set, and the next run of the sweep with it stores them; also a warning).
 
     A sweep run without the option, or with no serving point that ran, is an
     :class:`AnalysisError` saying so; a stored table that is not readable Parquet is a
@@ -60,6 +60,8 @@ def load_sweep_requests(out_dir: str | Path, columns: Iterable[str] | None = Non
     ran = points[points["status"] == "ok"]
     keys = [key for key in ran["key"] if key in stored]
     expected = {p["key"] for p in manifest.get("points", []) if p.get("requests")}
+    if "metrics.requests_total" in ran.columns:  # a serving point, whatever the last run set
+        expected |= set(ran.loc[ran["metrics.requests_total"].notna(), "key"])
     without = [key for key in ran["key"] if key in expected and key not in stored]
     if not keys:
         raise AnalysisError(_why_none(root, manifest, expected, ran, without))
@@ -67,9 +69,9 @@ def load_sweep_requests(out_dir: str | Path, columns: Iterable[str] | None = Non
         import warnings
 
         warnings.warn(f"{root}: {len(without)} of {len(without) + len(keys)} serving points "
-                      "that ran have no stored per-request table (they ran before "
-                      f"{STORE_OPTION} was set, or the file was moved away); run the sweep "
-                      "again with the same --out to store them; "
+                      "that ran have no stored per-request table (they ran while "
+                      f"{STORE_OPTION} was not set, or the file was moved away); run the "
+                      f"sweep again with the same --out and {STORE_OPTION} to store them; "
                       "frame.attrs['points_without_requests'] counts them",
                       stacklevel=2)
     schemas = {key: _read(root, key, schema_only=True) for key in keys}

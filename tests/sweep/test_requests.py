@@ -193,6 +193,26 @@ def test_a_lost_table_is_warned_about_then_stored_again(stored, traces, tmp_path
 
 
 @pytest.mark.component
+def test_points_a_later_run_added_without_the_option_are_counted_as_missing(stored, traces,
+                                                                            tmp_path):
+    # the reader loaded the two stored points and said nothing of the third, which a run
+    # of the spec without store: added (its manifest has no per-point flags)
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(stored[0], out)
+    wider = spec_from_dict({"name": "serve", "base": SERVE,
+                            "set": {"workload.trace.file": str(traces / "t.csv")},
+                            "axes": {"workload.scheduler.token_budget": [*BUDGETS, 1024]}},
+                           "serve.yaml")
+    assert run_sweep(wider, out, executor="serial").ok == 1
+    with pytest.warns(UserWarning, match=r"1 of 3 serving points that ran have no stored "
+                                         r"per-request table \(they ran while store: "):
+        frame = analysis.load_sweep_requests(out)
+    assert set(frame["point"]) == {0, 1} and frame.attrs["points_without_requests"] == 1
+
+
+@pytest.mark.component
 def test_a_changed_spec_replaces_the_tables_it_reruns(stored, traces, tmp_path):
     import shutil
 
