@@ -290,7 +290,16 @@ class MeshNoc(Interconnect):
         return self._links + self._inject + self._eject
 
     def _reset_links(self) -> None:
-        """Fresh channels, routers and network interfaces (idle network)."""
+        """Fresh channels, routers and network interfaces (idle network): built once,
+        then reset in place at every bind (a 64-core mesh has about 550 of them, and a
+        serving run binds the device for every timed segment)."""
+        routers = getattr(self, "_routers", None)
+        if routers is not None and self._built_for == self._datelines:
+            for router in routers:
+                router.reset()
+            for channel in (*self._links, *self._sources, *self._inject, *self._eject):
+                channel.reset()
+            return
         cfg = self.config
         nvc, buffer = cfg.virtual_channels, cfg.buffer_flits
         n = self.num_nodes
@@ -317,7 +326,9 @@ class MeshNoc(Interconnect):
             self._sources.append(source)
             self._inject.append(inject)
             self._eject.append(eject)
-        self._paths = {}
+        self._paths = {}  # channels by path: valid for as long as the channels are
+        self._routers = routers + interfaces
+        self._built_for = self._datelines  # what the channels' buffers were sized for
 
     def _path_state(self, s: int, d: int) -> tuple[tuple[Channel, ...], int]:
         """Channels of the full path (source queue, injection port, links, ejection

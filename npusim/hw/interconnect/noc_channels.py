@@ -43,21 +43,26 @@ class Channel:
         self.nvc = nvc
         self.cap = cap
         self.sink = sink  # ejection: the node takes a flit every cycle
-        self.busy_until = 0
-        self.owner_free = [0] * nvc
         self.buf: list[deque[tuple[Packet, int]]] = [deque() for _ in range(nvc)]
         self.waiting: list[deque[Packet]] = [deque() for _ in range(nvc)]
+        self.reset()
+
+    def reset(self) -> None:
+        """Idle and empty (its place in the network kept): a network reused by the next
+        run is cheaper than one built again."""
+        nvc = self.nvc
+        self.busy_until = self.va_rr = self.sa_rr = 0
+        self.owner_free = [0] * nvc
         self.front_free = [0] * nvc
-        self.va_rr = 0
-        self.sa_rr = 0
+        for queue in self.buf:
+            queue.clear()
+        for queue in self.waiting:
+            queue.clear()
         # A request on this channel waits for something whose time is not known yet
         # (a VC holder or a buffered packet blocked downstream): wake the sender then.
         self.starved = False
         self.queued = 0  # packets in ``waiting`` over all VCs (skip idle ports fast)
-        self.flits = 0
-        self.bytes = 0
-        self.packets = 0
-        self.held_ps = 0
+        self.flits = self.bytes = self.packets = self.held_ps = 0
 
 
 class Packet:

@@ -37,6 +37,7 @@ Router micro-architecture (input-queued, Dally & Towles ch. 16-19; BookSim's ``i
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from heapq import heappush
@@ -61,6 +62,13 @@ class _Wake:
     __slots__ = ("callbacks", "_value")
     _ok = True
 
+@lru_cache(maxsize=None)
+def _port_orders(n: int) -> tuple[tuple[int, ...], ...]:
+    """Port visiting order per round-robin start for ``n`` ports (immutable, so built
+    once per ``n`` and shared: a 64-core mesh rebuilds its routers at every tlm run)."""
+    return tuple(tuple((s + i) % n for i in range(n)) for s in range(n))
+
+
 class Router:
     """An input-queued VC router (or a node's network interface, whose only input is
     the unbounded source queue).  State lives here; timing constants on the network."""
@@ -76,10 +84,20 @@ class Router:
         self.wakes: set[int] = set()
         self.port_rr = 0
         self.orders: tuple[tuple[int, ...], ...] = ()  # port visiting order per port_rr
+        self.single = False
+        self._on_wake = self._wake  # bound once: one wake event per allocation round
+        self.reset()
+
+    def reset(self) -> None:
+        """Idle, as constructed, with its inputs kept (see :meth:`Channel.reset`)."""
+        n = len(self.inputs)
+        self.in_rr = [0] * n
+        self.xbar_free = [0] * n
+        self.wakes = set()
+        self.port_rr = 0
         #: Every channel has one VC: allocation rounds take the shorter path of
         #: ``noc_single.allocate_single`` (same decisions as :meth:`allocate`).
-        self.single = net.config.virtual_channels == 1 and net.single_vc_fast_path
-        self._on_wake = self._wake  # bound once: one wake event per allocation round
+        self.single = self.net.config.virtual_channels == 1 and self.net.single_vc_fast_path
 
     def add_input(self, channel: Channel) -> None:
         channel.receiver = self
@@ -87,8 +105,7 @@ class Router:
         self.inputs.append(channel)
         self.in_rr.append(0)
         self.xbar_free.append(0)
-        n = len(self.inputs)
-        self.orders = tuple(tuple((s + i) % n for i in range(n)) for s in range(n))
+        self.orders = _port_orders(len(self.inputs))
 
     def poke(self, when: int) -> None:
         """Run an allocation round at ``when`` (ps, not in the past); deduplicated."""
