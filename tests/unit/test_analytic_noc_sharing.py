@@ -49,9 +49,8 @@ def test_small_sends_into_one_core_share_their_flits_not_their_path_latency(devi
     graph = TaskGraph()
     for source in (0, 3, 24, 27, 10, 17):
         graph.transfer(f"core{source}.sram", "core9.sram", size)
-    analytic = run_analytic(prepare(graph, device), device).makespan_ps
-    tlm = run_tlm(prepare(graph, device), device).makespan_ps
-    assert abs(analytic / tlm - 1) < 0.05, (analytic, tlm)
+    analytic, tlm = _both(graph, device)
+    assert abs(max(analytic) / max(tlm) - 1) < 0.05, (max(analytic), max(tlm))
 
 
 @pytest.mark.unit
