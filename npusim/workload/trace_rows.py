@@ -93,9 +93,12 @@ def jsonl_rows(lines: Iterable[str], source: str) -> tuple[list[str] | None, Ite
                 array = " (this looks like one JSON array: write JSON Lines, one object " \
                     "per line, e.g. pandas' to_json(orient='records', lines=True))" \
                     if line.lstrip().startswith("[") else ""
-                raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} at column "
-                                 f"{exc.colno}); expected one JSON object per line"
-                                 f"{array}") from None
+                # a line cut short fails past its last character (json.loads counts its
+                # newline: "line 2 column 1"), so say where that is
+                where = ("at the end of the line" if exc.pos >= len(line.rstrip("\r\n"))
+                         else f"at column {exc.colno}")
+                raise TraceError(f"{source}:{number}: invalid JSON ({exc.msg} {where}); "
+                                 f"expected one JSON object per line{array}") from None
             except RecursionError:
                 raise TraceError(f"{source}:{number}: JSON nested too deeply; expected one "
                                  "flat JSON object per line") from None

@@ -91,7 +91,8 @@ def test_a_json_array_of_requests_says_to_write_json_lines(tmp_path):
             {"arrival_ps": 5, "prompt_tokens": 16, "output_tokens": 4}]
     path = tmp_path / "t.json"
     path.write_text(json.dumps(rows, indent=2))
-    with pytest.raises(TraceError, match=r"t\.json:1: invalid JSON \(Expecting value at column 1\); "
+    with pytest.raises(TraceError, match=r"t\.json:1: invalid JSON \(Expecting value at the end "
+                                         r"of the line\); "
                                          r"expected one JSON object per line \(this looks like one "
                                          r"JSON array: write JSON Lines"):
         read_trace(path)
@@ -121,3 +122,18 @@ def test_hash_block_tokens_on_a_trace_without_hashes_is_named_at_its_setting(tmp
         spec.build()
     with pytest.raises(TraceError, match=r"t\.csv: hash_block_tokens = 16, but"):
         read_trace(trace, hash_block_tokens=16)  # the API's own argument, by its name
+
+
+def test_a_json_line_cut_short_is_said_to_end_too_soon(tmp_path):
+    # json.loads counts the line's newline, so a cut line failed "at column 1" (of the
+    # line after it), pointing at nothing
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_ps": 0, "prompt_tokens": 16, "output_tokens": 4}\n'
+                    '{"arrival_ps": 5, "prompt_tokens": 16,\n')
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: invalid JSON \(Expecting property name "
+                                         r"enclosed in double quotes at the end of the line\)"):
+        read_trace(path)
+    path.write_text('{"arrival_ps": 0, "prompt_tokens": 16 "output_tokens": 4}\n')
+    with pytest.raises(TraceError, match=r"t\.jsonl:1: invalid JSON \(Expecting ',' delimiter "
+                                         r"at column 39\)"):
+        read_trace(path)
