@@ -46,7 +46,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     the last one, so a doubled ``sram:`` would silently drop the first value)."""
 
     def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
+        seen: dict[tuple[type, Any], int] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # PyYAML could not even say so
                 raise yaml.constructor.ConstructorError(
@@ -54,15 +54,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     "1.2; expected plain keys (write the shared keys out; a hardware block can "
                     "keep them in a file it names with preset: FILE.yaml)", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
+            try:  # by type too: 1 and true are equal in Python, not the same key in YAML
+                first = seen.get((type(key), key))
             except TypeError:
                 continue  # an unhashable key: the base class reports it
             if first is not None:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one mapping (first at line "
                     f"{first + 1}); expected each key once", key_node.start_mark)
-            seen[key] = key_node.start_mark.line
+            seen[(type(key), key)] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node):

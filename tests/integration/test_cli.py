@@ -123,7 +123,8 @@ def test_missing_scenario_file(tmp_path, capsys):
 def test_user_error_from_a_real_process_has_no_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nhw: {preset: npu/large_core_64}\nworkload: {kind: gemm, m: 0, k: 1, n: 1}\n")
-    proc = subprocess.run([sys.executable, "-m", "npusim.cli", "run", str(bad)],
+    # (``python -m npusim``, the module form of the ``npusim`` script)
+    proc = subprocess.run([sys.executable, "-m", "npusim", "run", str(bad)],
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2
     assert "workload.m" in proc.stderr and "Traceback" not in proc.stderr

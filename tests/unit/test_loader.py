@@ -216,6 +216,13 @@ def test_a_key_given_twice_or_a_binary_file_is_a_config_error(tmp_path):
         loader.load_raw(binary)
     with pytest.raises(ConfigError, match="key 'm' appears twice"):
         loader.parse_override("workload={kind: gemm, m: 1, m: 2}")
+    # 1 and true are equal in Python but different YAML keys: not "appears twice", but
+    # the number that is no field name
+    numbered = tmp_path / "numbered.yaml"
+    numbered.write_text("name: x\nworkload: {kind: gemm, 1: a, true: b}\n")
+    with pytest.raises(ConfigError, match="key 1 is read as a number") as info:
+        loader.load_scenario(numbered)
+    assert "appears twice" not in str(info.value)
 
 
 def test_missing_and_malformed_files(tmp_path):
