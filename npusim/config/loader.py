@@ -85,15 +85,23 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
                 (join_path(path, "preset"), f"in {exc.source}{', ' + where if where else ''}: {msg}"
                  if inside else msg) for where, msg in exc.problems]) from None
         identity = _preset_identity(name)
-        if any(identity == seen for seen, _ in chain):
-            cycle = " -> ".join([*(n for _, n in chain), name])
-            raise ConfigError(origin, [(join_path(path, "preset"), (
-                f"presets include each other in a cycle: {cycle}; expected a preset that "
-                "does not include itself (remove one of these preset: lines)"))])
-        if is_preset_file(name):  # its own relative presets and files are next to it
-            anchor_files(base, locate(name).resolve().parent)
+        # A file is shown by its resolved path, as a name is by its name: the chain
+        # then spells one preset one way however each file wrote it.
+        shown = identity if is_preset_file(name) and Path(identity).is_file() else name
+        for seen, earlier in chain:
+            if identity == seen:
+                cycle = " -> ".join([*(n for _, n in chain), shown])
+                same = f" ({shown} is preset {earlier})" if shown != earlier else ""
+                raise ConfigError(origin, [(join_path(path, "preset"), (
+                    f"presets include each other in a cycle: {cycle}{same}; expected a "
+                    "preset that does not include itself (remove one of these preset: "
+                    "lines)"))])
+        # A preset's own relative presets and files are next to it, a file's as a named
+        # preset's (hwconfigs/x/b.yaml naming preset: a.yaml means hwconfigs/x/a.yaml).
+        anchor_files(base, Path(identity).parent if Path(identity).is_file()
+                     else locate(name).resolve().parent)
         base = resolve_presets(base, f"preset {name}", path, depth + 1,
-                               (*chain, (identity, name)), origin)
+                               (*chain, (identity, shown)), origin)
         data = deep_merge(base, data)
     return {key: resolve_presets(value, source, join_path(path, key), depth, chain, origin)
             for key, value in data.items()}

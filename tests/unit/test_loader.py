@@ -344,6 +344,28 @@ def test_presets_that_include_each_other_are_a_cycle_named_in_the_scenario(tmp_p
     assert data["y"] == data["z"] == {"sram": {"capacity_bytes": "1MiB"}}
 
 
+def test_a_named_presets_relative_file_is_next_to_it_and_a_cycle_spells_each_once(
+        tmp_path, monkeypatch):
+    # hwconfigs/x/b.yaml naming preset: a.yaml meant a.yaml in the working directory
+    # (not found), while a file preset's relative presets were found next to it.  A
+    # cycle through both kinds showed the file as written ('../x/a.yaml').
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
+    monkeypatch.chdir(tmp_path.parent)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "b.yaml").write_text("preset: mem.yaml\n")
+    (tmp_path / "x" / "mem.yaml").write_text("capacity_bytes: 1MiB\n")
+    assert loader.resolve_presets({"sram": {"preset": "x/b"}}, "s.yaml") == {
+        "sram": {"capacity_bytes": "1MiB"}}
+    (tmp_path / "x" / "a.yaml").write_text("preset: x/b\n")
+    (tmp_path / "x" / "b.yaml").write_text("preset: ../x/a.yaml\n")
+    with pytest.raises(ConfigError) as info:
+        loader.resolve_presets({"hw": {"preset": "x/a"}}, "s.yaml")
+    [(_, message)] = info.value.problems
+    a_file = str((tmp_path / "x" / "a.yaml").resolve())
+    assert message.startswith(f"presets include each other in a cycle: x/a -> x/b -> "
+                              f"{a_file} ({a_file} is preset x/a); ")
+
+
 def test_a_preset_of_another_category_or_a_scenario_as_hw_is_one_problem(tmp_path):
     # They were reported as a device missing every field and holding thirty unknown keys.
     quickstart = REPO_ROOT / "workloads/scenarios/quickstart.yaml"
