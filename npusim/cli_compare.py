@@ -14,11 +14,13 @@ from npusim.cli_common import guard as _guard
 
 
 def compare(
-    runs: List[Path] = typer.Argument(..., metavar="RUN_DIR...",
-                                      parser=path_argument("a run directory (npusim run "
-                                                           "--out DIR)"),
+    runs: List[Path] = typer.Argument(..., metavar="RUN_DIR... | SWEEP_DIR...",
+                                      parser=path_argument("a run or sweep directory "
+                                                           "(npusim run/sweep --out DIR)"),
                                       help="Two or more run directories (npusim run --out "
-                                      "DIR); the first is the baseline."),
+                                      "DIR), or two or more sweep directories (npusim sweep "
+                                      "--out DIR), compared point by point; the first is "
+                                      "the baseline."),
     metric: Optional[List[str]] = typer.Option(
         None, "--metric", "-m", metavar="PATTERN",
         help="A metric to show, by its metrics.json path or a glob (ttft_ms_*, energy.*, "
@@ -32,17 +34,31 @@ def compare(
     """Runs side by side: the settings that differ, each metric's change.
 
     The settings are those of the runs' resolved configurations; the changes are
-    relative to the first run."""
+    relative to the first run.  Sweeps are compared point by point, their points
+    matched on the parameters they share."""
     def action() -> None:
         from rich.console import Console
 
         from npusim import analysis
-        from npusim.core.output_paths import atomic_output, check_output_file, option_path
+        from npusim.core.output_paths import check_output_file, option_path
 
         target = option_path(csv, "--csv", "a CSV file name")
         if target is not None:
             check_output_file(target, "--csv")  # before reading: fail before any work
         names = name or None
+        from npusim.analysis.sweep_compare import is_sweep_dir
+
+        kinds = [is_sweep_dir(run) for run in runs]
+        if any(kinds):
+            if not all(kinds):
+                sweep, run = runs[kinds.index(True)], runs[kinds.index(False)]
+                raise analysis.AnalysisError(
+                    f"{sweep} is a sweep directory and {run} is not; expected run "
+                    "directories only or sweep directories only")
+            table = analysis.compare_sweeps(*runs, metrics=metric or None, names=names)
+            _print_sweeps(table, len(runs))
+            _write_csv(table, target)
+            return
         settings = analysis.config_diff(*runs, names=names)
         metrics = analysis.compare_runs(*runs, metrics=metric or None, names=names)
         console = Console()
@@ -54,13 +70,58 @@ def compare(
                           f"({kinds}): a metric they share does not measure the same "
                           "thing[/yellow]")
         console.print(_metrics_table(metrics, len(runs)))
-        if target is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)  # checked creatable above
-            with atomic_output(target, "the comparison") as handle:
-                metrics.to_csv(handle)
-            typer.echo(f"wrote {target}")
+        _write_csv(metrics, target)
 
     _guard(action)
+
+
+def _write_csv(table, target) -> None:
+    """The comparison as CSV at ``target`` (checked writable before any work), if any."""
+    if target is None:
+        return
+    from npusim.core.output_paths import atomic_output
+
+    target.parent.mkdir(parents=True, exist_ok=True)  # checked creatable above
+    with atomic_output(target, "the comparison") as handle:
+        table.to_csv(handle)
+    typer.echo(f"wrote {target}")
+
+
+def _print_sweeps(table, sweeps: int) -> None:
+    """Sweeps' points side by side: which parameters matched them, then one row per
+    metric and point (the metric named on its first row)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    matched = table.attrs.get("matched_on") or []
+    counts = ", ".join(f"{name} {count}" for name, count in table.attrs["points"].items())
+    console.print(f"[bold]points matched on:[/bold] {', '.join(matched) or 'nothing (one point each)'}"
+                  f" (points that ran: {counts})")
+    names = list(table.columns[:sweeps])
+    out = Table(title="metrics per point (change relative to the first sweep)",
+                show_header=True)
+    out.add_column("metric", no_wrap=True)
+    # a parameter by its last name where that is unique (the line above has them whole)
+    short = [param.rsplit(".", 1)[-1] for param in matched]
+    for param, label in zip(matched, short):
+        out.add_column(label if short.count(label) == 1 else param, justify="right",
+                       overflow="fold")
+    for column in names:
+        out.add_column(str(column), justify="right", overflow="fold")
+    for column in table.columns[sweeps:]:
+        out.add_column(str(column).replace(" change %", " vs " + str(names[0])),
+                       justify="right", overflow="fold")
+    previous = None
+    for index, row in zip(table.index, table.itertuples(index=False)):
+        metric, point = (index[0], index[1:]) if matched else (index, ())
+        cells = [str(metric) if metric != previous else "",
+                 *(str(value) for value in point),
+                 *(_value(value, str(metric)) for value in row[:sweeps]),
+                 *(_percent(value) for value in row[sweeps:])]
+        out.add_row(*cells, end_section=False)
+        previous = metric
+    console.print(out)
 
 
 def _settings_table(settings):
@@ -82,11 +143,11 @@ def _metrics_table(metrics, runs: int):
     table = Table(title="metrics (change relative to the first run)", show_header=True)
     table.add_column("metric", no_wrap=True)  # a path cut short names nothing
     names = list(metrics.columns[:runs])
-    for column in names:
-        table.add_column(str(column), justify="right")
+    for column in names:  # (folded, not cut short, on a narrow terminal)
+        table.add_column(str(column), justify="right", overflow="fold")
     for column in metrics.columns[runs:]:
         table.add_column(str(column).replace(" change %", " vs " + str(names[0])),
-                         justify="right")
+                         justify="right", overflow="fold")
     for path, row in metrics.iterrows():
         cells = [_value(row[column], str(path)) for column in names]
         cells += [_percent(row[column]) for column in metrics.columns[runs:]]

@@ -14,7 +14,7 @@ from __future__ import annotations
 __all__ = ["load_sweep", "load_sweep_requests", "varying_params", "pareto_front", "utilisation_timeline",
            "latency_samples", "request_table", "iteration_table", "plot_serving_timeline",
            "capacity_probes", "plot_capacity", "token_table", "compare_runs", "config_diff",
-           "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
+           "compare_sweeps", "plot_metric", "plot_heatmap", "plot_pareto", "plot_latency_cdf",
            "plot_utilisation_timeline", "save_figure", "new_figure", "AnalysisError"]
 
 _HOMES = {"load_sweep": "sweep_results", "load_sweep_requests": "sweep_requests",
@@ -26,7 +26,8 @@ _HOMES = {"load_sweep": "sweep_results", "load_sweep_requests": "sweep_requests"
           "plot_metric": "plots", "plot_heatmap": "plots", "plot_pareto": "plots",
           "plot_latency_cdf": "plots", "plot_utilisation_timeline": "run_plots",
           "save_figure": "plots", "new_figure": "plots", "token_table": "tokens",
-          "compare_runs": "compare", "config_diff": "compare"}
+          "compare_runs": "compare", "config_diff": "compare",
+          "compare_sweeps": "sweep_compare"}
 
 
 def __getattr__(name: str):

@@ -158,7 +158,8 @@ def _metric_leaves(metrics: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, (list, dict))}
 
 
-def _choose(available: list[str], metrics: Iterable[str] | None) -> list[str]:
+def _choose(available: list[str], metrics: Iterable[str] | None, what: str = "run"
+            ) -> list[str]:
     if metrics is None:
         return [path for pattern in HEADLINE_METRICS
                 for path in _matches(available, pattern)]
@@ -175,7 +176,7 @@ def _choose(available: list[str], metrics: Iterable[str] | None) -> list[str]:
             close = difflib.get_close_matches(pattern, available, n=3, cutoff=0.5)
             hint = (f"; did you mean {', '.join(map(repr, close))}?" if close else
                     " (patterns are globs over metrics.json paths: ttft_ms_*, energy.*)")
-            raise AnalysisError(f"metric {pattern!r}: no run has it{hint}")
+            raise AnalysisError(f"metric {pattern!r}: no {what} has it{hint}")
         chosen.extend(path for path in found if path not in chosen)
     return chosen
 

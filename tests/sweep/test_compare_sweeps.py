@@ -1,0 +1,101 @@
+"""Sweeps compared point by point (``npusim compare SWEEP_DIR...``,
+``analysis.compare_sweeps``): points matched on the parameters the sweeps share."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from npusim import analysis
+from npusim.config.presets import REPO_ROOT
+from npusim.sweep import run_sweep, spec_from_dict
+from tests.sweep.test_cli_analysis import cli
+
+pytestmark = pytest.mark.unit
+QUICKSTART = str(REPO_ROOT / "workloads" / "scenarios" / "quickstart.yaml")
+
+
+def _sweep(root, name, axes, **settings):
+    body = {"base": QUICKSTART, "set": {"run.mode": "analytic", **settings}, "axes": axes}
+    run_sweep(spec_from_dict(body, source=f"{name}.yaml"), root / name, executor="serial")
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    """One grid on the quickstart chip and on one with half the NoC bandwidth (which
+    also ran one point the first did not); a third sweep that also varies tile_n."""
+    root = tmp_path_factory.mktemp("sweeps")
+    base = _sweep(root, "base", {"workload.m": [64, 128]})
+    slow = _sweep(root, "slow", {"workload.m": [64, 128, 256]},
+                  **{"hw.noc.link_bandwidth_bps": "8GB/s"})
+    tiles = _sweep(root, "tiles", {"grid": {"workload.m": [64], "workload.tile_n": [128, 256]}})
+    return base, slow, tiles
+
+
+def test_points_are_matched_on_the_shared_parameters_with_each_change(sweeps):
+    base, slow, _ = sweeps
+    table = analysis.compare_sweeps(base, slow, metrics=["latency_ps"])
+    assert table.index.names == ["metric", "workload.m"]
+    assert list(table.columns) == ["base", "slow", "slow change %"]
+    assert table.attrs["matched_on"] == ["workload.m"]
+    assert table.attrs["points"] == {"base": 2, "slow": 3}
+    frames = {name: analysis.load_sweep(path).set_index("workload.m")["metrics.latency_ps"]
+              for name, path in (("base", base), ("slow", slow))}
+    for m in (64, 128):
+        row = table.loc[("latency_ps", m)]
+        assert row["base"] == frames["base"][m] and row["slow"] == frames["slow"][m]
+        assert row["slow change %"] == pytest.approx(
+            100 * (frames["slow"][m] / frames["base"][m] - 1))
+        assert row["slow change %"] > 0  # half the NoC bandwidth is slower
+    # a point only the second ran has no value in the first and no change
+    row = table.loc[("latency_ps", 256)]
+    assert math.isnan(row["base"]) and math.isnan(row["slow change %"])
+    # frames from load_sweep work as directories do, and names name the columns
+    again = analysis.compare_sweeps(analysis.load_sweep(base), slow, metrics=["latency_ps"],
+                                    names=["a", "b"])
+    pd.testing.assert_series_equal(again["b change %"], table["slow change %"],
+                                   check_names=False)
+
+
+def test_the_default_metrics_are_the_headline_ones_the_sweeps_have(sweeps):
+    base, slow, _ = sweeps
+    table = analysis.compare_sweeps(base, slow)
+    metrics = list(dict.fromkeys(table.index.get_level_values("metric")))
+    assert metrics[0] == "latency_s" and "energy.energy_j" in metrics
+    assert not any(m.startswith("metrics.") for m in metrics)
+
+
+def test_a_parameter_only_one_sweep_varies_is_named(sweeps):
+    base, _, tiles = sweeps
+    with pytest.raises(analysis.AnalysisError,
+                       match=r"sweep tiles: points repeat when matched on workload.m: it "
+                             r"also varies workload.tile_n, which the others do not"):
+        analysis.compare_sweeps(base, tiles)
+    with pytest.raises(analysis.AnalysisError, match="metric 'latncy_ps': no sweep has it; "
+                                                     "did you mean 'latency_ps'"):
+        analysis.compare_sweeps(base, base, metrics=["latncy_ps"])
+    with pytest.raises(analysis.AnalysisError, match="at least two sweeps, got 1"):
+        analysis.compare_sweeps(base)
+
+
+def test_compare_command_takes_sweeps_prints_per_point_and_writes_csv(sweeps, tmp_path,
+                                                                      capsys):
+    base, slow, _ = sweeps
+    code, out, _ = cli(["compare", base, slow, "-m", "latency_ps", "--csv",
+                        tmp_path / "c.csv"], capsys)
+    assert code == 0
+    assert "points matched on: workload.m (points that ran: base 2, slow 3)" in out
+    assert "latency_ps" in out and "slow vs base" in out and "%" in out
+    written = pd.read_csv(tmp_path / "c.csv")
+    assert list(written.columns) == ["metric", "workload.m", "base", "slow", "slow change %"]
+    assert len(written) == 3
+    # a sweep beside a run directory is refused, naming both
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    code, _, err = cli(["compare", base, run], capsys)
+    assert code != 0 and "is a sweep directory and" in err and "run directories only or " \
+        "sweep directories only" in err
