@@ -14,7 +14,7 @@ from npusim.cli_common import guard as _guard
 
 
 def compare(
-    runs: List[Path] = typer.Argument(..., metavar="RUN_DIR... | SWEEP_DIR...",
+    runs: List[Path] = typer.Argument(..., metavar="DIR",
                                       parser=path_argument("a run or sweep directory "
                                                            "(npusim run/sweep --out DIR)"),
                                       help="Two or more run directories (npusim run --out "
