@@ -99,11 +99,56 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
         # preset's (hwconfigs/x/b.yaml naming preset: a.yaml means hwconfigs/x/a.yaml).
         anchor_files(base, Path(identity).parent if Path(identity).is_file()
                      else locate(name).resolve().parent)
+        data = _swap_presets(base, data)
         base = resolve_presets(base, f"preset {name}", path, depth + 1,
                                (*chain, (identity, shown)), origin)
         data = deep_merge(base, data)
     return {key: resolve_presets(value, source, join_path(path, key), depth, chain, origin)
             for key, value in data.items()}
+
+
+def _swap_presets(base: dict, data: dict) -> dict:
+    """Move each block of ``data`` (the keys beside a preset) that names a preset of its
+    own into ``base``, the preset's mapping before it is resolved, and return the rest
+    of ``data``.  Keys beside a preset override what the preset resolves to, so a block
+    merged only afterwards would have the preset's resolved block written over its own
+    preset: ``hw: {preset: npu/large_core_64, hbm: {preset: memory/lpddr5}}`` was the
+    chip's HBM2E under another name.  Moved in, it swaps the preset of the chip's block:
+    ``hbm: {preset: memory/hbm2e, channels: 4}`` becomes ``{preset: memory/lpddr5,
+    channels: 4}`` (the chip's other choices for that block stay, the block's own keys
+    win); a block the chip spells out without a preset is replaced whole.  Blocks nested
+    deeper move the same way, and through a chain of presets each level passes them on.
+    A block whose preset does not load stays where it is written, to be reported there."""
+    rest = dict(data)
+    for key, value in data.items():
+        if not isinstance(value, Mapping):
+            continue
+        target = base.get(key)
+        if "preset" in value:
+            if not _loads(value["preset"]):
+                continue
+            base[key] = (deep_merge(target, value)
+                         if isinstance(target, Mapping) and "preset" in target
+                         else copy.deepcopy(value))
+            del rest[key]
+        elif isinstance(target, Mapping) or (target is None and "preset" in base):
+            inner = dict(target) if isinstance(target, Mapping) else {}
+            left = _swap_presets(inner, value)
+            if left != value:  # some block moved in
+                base[key] = inner
+                rest[key] = left
+    return rest
+
+
+def _loads(name: Any) -> bool:
+    """Whether ``name`` is a preset that loads (its errors are reported where written)."""
+    if not isinstance(name, str) or not name.strip():
+        return False
+    try:
+        load_preset(name)
+    except ConfigError:
+        return False
+    return True
 
 
 def load_raw(path: str | Path, overrides: Iterable[str] = (), hw_file: str | Path | None = None) -> dict:

@@ -4,6 +4,7 @@ import re
 from typing import Literal
 
 import pytest
+import yaml
 from pydantic import Field
 
 from npusim.config import loader
@@ -364,6 +365,43 @@ def test_a_named_presets_relative_file_is_next_to_it_and_a_cycle_spells_each_onc
     a_file = str((tmp_path / "x" / "a.yaml").resolve())
     assert message.startswith(f"presets include each other in a cycle: x/a -> x/b -> "
                               f"{a_file} ({a_file} is preset x/a); ")
+
+
+def test_a_block_naming_its_own_preset_under_a_chip_preset_swaps_the_chips_block(tmp_path):
+    # hw: {preset: npu/large_core_64, hbm: {preset: memory/lpddr5}} resolved to the chip's
+    # HBM2E: the chip's resolved hbm block was merged over the LPDDR5 preset, silently
+    # (and a sweep over hw.hbm.preset gave one latency for every memory).
+    lpddr5 = load_preset("memory/lpddr5")
+
+    def hbm(data, overrides=()):
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(yaml.safe_dump({"name": "s", **data}))
+        return loader.load_raw(scenario, overrides)["hw"]["hbm"]
+
+    chip = {"hw": {"preset": "npu/large_core_64", "hbm": {"preset": "memory/lpddr5"}}}
+    swapped = hbm(chip)
+    assert swapped["standard"] == lpddr5["standard"]
+    assert swapped["channels"] == 4  # the chip's choice beside its block's preset stays
+    chip["hw"]["hbm"]["channels"] = 2  # the block's own keys win
+    assert hbm(chip)["channels"] == 2
+    # the same as an override, and through a chip file of the user's that chains to it
+    assert hbm({"hw": {"preset": "npu/large_core_64"}}, ["hw.hbm.preset=memory/lpddr5"]) \
+        == swapped
+    (tmp_path / "my_chip.yaml").write_text("preset: npu/large_core_64\nname: mine\n")
+    assert hbm({"hw": {"preset": "my_chip.yaml", "hbm": {"preset": "memory/lpddr5"}}}) \
+        == swapped
+    # a chip that spells its block out, without a preset, has it replaced whole
+    spelled = loader.load_raw(tmp_path / "s.yaml")["hw"]  # (the last scenario's chip)
+    spelled["hbm"] = hbm({"hw": {"preset": "npu/large_core_64"}})
+    (tmp_path / "spelled.yaml").write_text(yaml.safe_dump(spelled))
+    assert hbm({"hw": {"preset": "spelled.yaml", "hbm": {"preset": "memory/lpddr5"}}}) == \
+        loader.resolve_presets({"preset": "memory/lpddr5"}, "x")
+    # a block naming a preset that does not exist is reported where it is written
+    with pytest.raises(ConfigError) as info:
+        hbm({"hw": {"preset": "npu/large_core_64", "hbm": {"preset": "memory/lpdr5"}}})
+    assert info.value.source == str(tmp_path / "s.yaml")
+    [(path, message)] = info.value.problems
+    assert path == "hw.hbm.preset" and "no preset named 'memory/lpdr5'" in message
 
 
 def test_a_preset_of_another_category_or_a_scenario_as_hw_is_one_problem(tmp_path):
