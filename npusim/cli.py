@@ -24,7 +24,22 @@ from npusim.core.errors import (SCENARIO_SOURCE, ConfigError, MappingError, Npus
                                  TraceError, with_source)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="npusim: simulate LLM inference on NPUs and other accelerators.")
+                  help="npusim: simulate LLM inference and serving on multi-core NPUs.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from npusim import __version__
+
+        typer.echo(f"npusim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                          is_eager=True, help="Print the version and exit.")
+             ) -> None:
+    """npusim: simulate LLM inference and serving on multi-core NPUs."""
 
 
 def _share_text(share: float) -> str:

@@ -115,6 +115,13 @@ def test_the_summary_names_the_chip_that_ran(tmp_path, capsys):
     assert code == 0 and "quickstart on my_chip (analytic)" in out
 
 
+def test_version_prints_the_package_version(capsys):
+    from npusim import __version__
+
+    code, out, _ = run_cli(["--version"], capsys)
+    assert code == 0 and out == f"npusim {__version__}\n"
+
+
 def test_missing_scenario_file(tmp_path, capsys):
     code, _, err = run_cli(["run", str(tmp_path / "nope.yaml")], capsys)
     assert code != 0 and "file not found" in err and "nope.yaml" in err
