@@ -234,7 +234,7 @@ def run(
     mode: Optional[str] = mode_option(),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Output directory (default out/<name>)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table (nor the note that the per-task rows were cut)."),
     model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
                                         help="LLM workloads: model name or config.json."),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", metavar="TOKENS",
@@ -311,7 +311,8 @@ def run(
             _summary_table(result)
             typer.echo(f"results written to {out_dir}/")
         metrics = result.metrics
-        if metrics.get("trace_truncated"):  # the timeline would end early without a word
+        # the timeline would end early without a word (with --quiet: in metrics.json)
+        if metrics.get("trace_truncated") and not quiet:
             typer.secho(f"  per-task rows stopped at run.trace_max_tasks = "
                         f"{result.config['run']['trace_max_tasks']:,}: ops.csv and trace.json "
                         f"cover {metrics['trace_segments']:,} of {metrics['segments']:,} "

@@ -371,12 +371,15 @@ def test_a_trace_cut_by_its_task_cap_is_said(tmp_path, capsys):
     # the timeline of a traced serving run ended at 0.4 s of 6.75 s without a word
     from npusim.analysis.run_plots import plot_utilisation_timeline
 
-    code, _, err = run_cli(["run", FUSION, "-q", "--mode", "analytic", "--set", "run.trace=true",
-                            "--set", "run.trace_max_tasks=20000", "--set",
-                            "workload.trace.limit=2", "--out", tmp_path / "out"], capsys)
+    args = ["run", FUSION, "--mode", "analytic", "--set", "run.trace=true", "--set",
+            "run.trace_max_tasks=20000", "--set", "workload.trace.limit=2", "--out",
+            tmp_path / "out"]
+    code, _, err = run_cli(args, capsys)
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert code == 0 and metrics["trace_truncated"] is True
     assert "per-task rows stopped at run.trace_max_tasks = 20,000" in err
+    code, _, err = run_cli([*args, "-q"], capsys)  # quiet: metrics.json says it
+    assert code == 0 and "trace_max_tasks" not in err
     figure = plot_utilisation_timeline(tmp_path / "out")
     assert "stop at run.trace_max_tasks" in " ".join(figure.axes[0].get_title().split())
     code, _, err = run_cli(["run", QUICKSTART, "-q", "--set", "run.trace=true", "--out",
