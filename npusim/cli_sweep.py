@@ -112,7 +112,8 @@ def sweep(
                         "again to run the rest", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(130) from None
         typer.echo(f"{summary.total} points: {summary.ok} ok, {summary.failed} failed, "
-                   f"{summary.skipped} skipped (constraints, on_invalid: skip), "
+                   f"{summary.skipped} skipped (by a constraint, or invalid under "
+                   "on_invalid: skip), "
                    f"{summary.skipped_done} already "
                    f"done, {summary.lost} lost ({summary.wall_time_s:.1f} s)")
         for line in summary.errors[:10]:
