@@ -208,7 +208,7 @@ def utilisation_timeline(source: Any, bins: int = 100, units: Sequence[str] | No
         ops = ops[ops["unit"].isin({k for matched in chosen.values() for k in matched})]
     if ops.empty:
         raise AnalysisError(f"{_origin(ops)}no timed tasks to plot (was the run traced? "
-                            "run.trace=true)")
+                            "rerun it with --set run.trace=true)")
     start, end = int(ops["start_ps"].min()), int(ops["end_ps"].max())
     edges = np.linspace(start, end, bins + 1)
     rows = {}

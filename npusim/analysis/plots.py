@@ -265,7 +265,7 @@ def _no_samples(source: Any, name: str) -> str:
 
     if name == "duration_ps":
         return f"no {name} samples to plot (the ops table is empty: was the run traced? " \
-               "run.trace=true)"
+               "rerun it with --set run.trace=true)"
     requests = source if isinstance(source, pd.DataFrame) else request_table(source)
     if requests is None or "status" not in getattr(requests, "columns", ()):
         return f"no {name} samples to plot"
