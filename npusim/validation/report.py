@@ -52,7 +52,9 @@ def markdown(outcomes: list[Outcome]) -> str:
              "(not published); its rows are results of public simulators: DRAMsim3 "
              "(github.com/umd-memsys/DRAMsim3) for DRAM, BookSim2 (github.com/booksim/booksim2) "
              "for the NoC, SCALE-Sim v2 (github.com/scalesim-project/scale-sim-v2) for "
-             "systolic arrays ([hardware-model.md](hardware-model.md) gives each one's setup).",
+             "systolic arrays ([hardware-model.md](hardware-model.md) gives each one's setup). "
+             "`references/models.md` is the project's model reference sheet (not published "
+             "either): the model cards' parameter counts and the papers' model tables.",
              "",
              f"Summary: **{passed} of {len(outcomes)} cases pass** "
              f"(generated {_dt.date.today().isoformat()}).", ""]
