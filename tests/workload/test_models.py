@@ -186,6 +186,8 @@ def test_config_is_frozen_and_hashable(q4b):
     ("qwen3_8b", 8.19e9, 6.95e9),     # model card: 8.2B / 6.95B
     ("qwen3_14b", 14.8e9, 13.2e9),    # model card: 14.8B / 13.2B
     ("qwen3_32b", 32.8e9, 31.2e9),    # model card: 32.8B / 31.2B
+    # model card: 8B; untied embedding and LM head, 2 x 128256 x 4096 = 1.05B of it
+    ("llama_3_1_8b", 8.0e9, 8.03e9 - 1.05e9),
 ])
 def test_dense_parameter_counts(name, total, non_embedding):
     model = load_model(name)
