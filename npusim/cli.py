@@ -394,6 +394,7 @@ def _list_everything(out) -> None:
             table.add_row(category, kind, entry.help)
     out.print(table)
     out.print("[bold]hardware presets[/bold]: " + ", ".join(list_presets()))
+    out.print(_device_preset_table(list_presets()))
     root = workloads_root()
 
     def shown(path: Path) -> str:
@@ -412,6 +413,42 @@ def _list_everything(out) -> None:
     out.print("[bold]request traces[/bold] (--trace): "
                   + files(REPO_ROOT / "traces", "*.csv", "*.jsonl"))
     out.print("[bold]component benches[/bold]: " + ", ".join(bench_names()))
+
+
+def _device_preset_table(presets: list[str]):
+    """The device presets' headline figures (cores, peak FLOP/s, memory per level), from
+    the devices they build; a preset that does not build shows its first problem."""
+    from rich.table import Table
+
+    from npusim.api import build_device
+    from npusim.config.loader import resolve_presets
+    from npusim.config.validation_errors import validate
+    from npusim.core import registry
+    from npusim.core.units import format_bytes
+    from npusim.hw.facts import device_facts
+
+    devices = registry.entries("device")
+    table = Table(title="device presets (whole chip)")
+    for column in ("preset", "cores", "peak TFLOP/s", "SRAM", "SRAM TB/s", "HBM", "HBM TB/s"):
+        table.add_column(column, justify="left" if column == "preset" else "right")
+    for name in presets:
+        try:
+            resolved = resolve_presets({"preset": name}, f"preset {name}")
+            kind = resolved.get("kind")  # (a preset naming another gets its kind there)
+            if not isinstance(kind, str) or kind not in devices:
+                continue
+            config = validate(devices[kind].config, resolved, f"preset {name}")
+            facts = device_facts(build_device(config))
+        except NpusimError as exc:
+            table.add_row(name, f"[yellow]does not build: {str(exc).splitlines()[-1].strip()}"
+                                "[/yellow]")
+            continue
+        size, rate = facts["capacity_bytes_by_level"], facts["peak_bandwidth_bps_by_level"]
+        table.add_row(name, str(facts["cores"]), f"{facts['peak_flops_per_s'] / 1e12:,.0f}",
+                      *(cell for level in ("sram", "hbm") for cell in (
+                          format_bytes(size[level]) if size.get(level) else "-",
+                          f"{rate[level] / 1e12:.2f}" if rate.get(level) else "-")))
+    return table
 
 
 @app.command(cls=OnceOptionsCommand,

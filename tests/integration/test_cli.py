@@ -267,6 +267,29 @@ def test_list_shows_what_ships_models_scenarios_sweeps_and_traces(capsys):
         assert needle in flat, needle
 
 
+def test_list_gives_each_device_presets_headline_figures(tmp_path, monkeypatch, capsys):
+    code, out, _ = run_cli(["list"], capsys)
+    rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
+            for line in out.splitlines() if line.startswith("│ npu/")}
+    # large_core_64: 64 cores of 128x128 arrays at 500 MHz (2 FLOP per MAC), 64 MiB
+    # SRAM and 4 x 25.6 GB/s HBM2E of 4 GiB per core
+    assert rows["npu/large_core_64"] == ["64", "1,049", "4 GiB", "16.38", "256 GiB", "6.55"]
+    assert set(rows) == {"npu/ascend_910b", "npu/large_core_64", "npu/small_core_256"}
+    # a preset of the user's that does not build says why, and the rest still list
+    (tmp_path / "npu").mkdir()
+    (tmp_path / "npu" / "broken.yaml").write_text("kind: npu\nname: broken\n")
+    (tmp_path / "npu" / "fine.yaml").write_text("preset: " + str(
+        REPO_ROOT / "hwconfigs" / "npu" / "large_core_64.yaml") + "\n")
+    (tmp_path / "memory").mkdir()  # (the chip's memory preset, found under the new root)
+    (tmp_path / "memory" / "hbm2e.yaml").write_text(
+        (REPO_ROOT / "hwconfigs" / "memory" / "hbm2e.yaml").read_text())
+    monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
+    code, out, _ = run_cli(["list"], capsys)
+    flat = " ".join(out.split())
+    assert "npu/broken" in flat and "does not build" in flat
+    assert "│ npu/fine │ 64 │ 1,049 │" in flat
+
+
 def test_every_command_has_a_one_line_summary_for_the_command_list():
     # `npusim --help` lists the commands with their summaries; a docstring's first
     # paragraph wrapped over three lines there (run, plot, capacity)
