@@ -133,8 +133,31 @@ def _settings_table(settings):
         table.add_column(str(column), overflow="fold")
     # (rows as given: a row of a DataFrame would turn a None among numbers into nan)
     for path, values in settings.to_dict("index").items():
-        table.add_row(str(path), *(str(values[column]) for column in settings.columns))
+        raw = [values[column] for column in settings.columns]
+        shown = [_setting(str(path), value) for value in raw]
+        if len(set(shown)) < len(set(map(str, raw))):  # rounding hid a difference
+            shown = [str(value) for value in raw]
+        table.add_row(str(path), *shown)
     return table
+
+
+def _setting(path: str, value) -> str:
+    """A setting in the unit its name carries (``64 MiB`` for ``capacity_bytes``,
+    ``16 GB/s`` for ``_bps``, ``500 MHz``, ``15 ns``), as written in a scenario."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    from npusim.core.units import format_bytes, format_si, format_time_ps
+
+    name = path.rsplit(".", 1)[-1]
+    if name.endswith("_bytes"):
+        return format_bytes(value)
+    if name.endswith("_bps"):
+        return format_si(value, "B/s")
+    if name.endswith("_hz"):
+        return format_si(value, "Hz")
+    if name.endswith("_ps"):
+        return format_time_ps(value)
+    return str(value)
 
 
 def _metrics_table(metrics, runs: int):

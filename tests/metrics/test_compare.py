@@ -137,6 +137,23 @@ def test_values_print_in_readable_units():
     assert _percent(float("nan")) == ""
 
 
+def test_settings_print_in_the_unit_their_name_carries_unless_that_hides_a_difference():
+    import pandas as pd
+
+    from npusim.cli_compare import _setting, _settings_table
+
+    assert _setting("hw.core.sram.capacity_bytes", 2**25) == "32 MiB"
+    assert _setting("hw.noc.link_bandwidth_bps", 16 * 10**9) == "16 GB/s"
+    assert _setting("hw.core.systolic.freq_hz", 5 * 10**8) == "500 MHz"
+    assert _setting("hw.hbm.trefi_ps", 3_900_000) == "3.9 us"
+    assert _setting("hw.noc.width", 8) == "8" and _setting("x_bytes", True) == "True"
+    settings = pd.DataFrame({"a": [16 * 10**9, 2**26], "b": [16 * 10**9 + 1, 2**25]},
+                            index=["hw.noc.link_bandwidth_bps", "hw.core.sram.capacity_bytes"],
+                            dtype=object)
+    rows = [list(column.cells) for column in _settings_table(settings).columns]
+    assert rows[1] == ["16000000000", "64 MiB"] and rows[2] == ["16000000001", "32 MiB"]
+
+
 @pytest.mark.component
 def test_settings_read_as_yaml_and_one_directory_is_one_run_however_spelt(runs, capsys,
                                                                          monkeypatch):
