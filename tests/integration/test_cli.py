@@ -26,8 +26,13 @@ def test_run_writes_every_output(tmp_path, capsys):
     assert code in (0, None)
     for name in ("metrics.json", "ops.csv", "units.csv", "trace.json", "config.resolved.yaml"):
         assert (tmp_path / name).is_file(), name
-    assert json.loads((tmp_path / "metrics.json").read_text())["mode"] == "analytic"
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["mode"] == "analytic"
     assert "latency" in out
+    # energy and power as metrics.json has them (area: serving runs, below)
+    energy = metrics["energy"]
+    assert f"{energy['average_power_w']:,.1f} / {energy['peak_power_w']:,.1f} W" in out
+    assert f"{energy['energy_j'] * 1e3:.3g} mJ" in out and "chip area" not in out
 
 
 def test_the_serving_summary_names_the_makespan_and_each_pool(tmp_path, capsys):
@@ -38,6 +43,8 @@ def test_the_serving_summary_names_the_makespan_and_each_pool(tmp_path, capsys):
     assert code in (0, None)
     assert "simulated time (makespan)" in out and "compute throughput" in out
     assert "decode0: arrays busy / MFU / HBM MBU" in out and "prefill1: arrays busy" in out
+    area = json.loads((tmp_path / "metrics.json").read_text())["area_mm2"]["total"]
+    assert f"{area:,.0f} mm²" in out and "energy per output token" in out
     assert out.count("│ throughput ") == 1  # tokens/s; FLOP/s is "compute throughput"
     assert "run.trace is false: ops.csv and trace.json hold no per-task rows" in out
 
@@ -55,7 +62,7 @@ def test_the_serving_summary_shows_prefix_cache_hits_when_caching(tmp_path, caps
 
 
 def test_summary_helpers_switch_to_seconds():
-    from npusim.cli import _milliseconds
+    from npusim.cli_summary import milliseconds as _milliseconds
 
     assert _milliseconds([1.25, 2.0, 9999.0]) == "1.2 / 2.0 / 9999.0 ms"
     assert _milliseconds([65687.9, 88056.2, 90124.0]) == "65.69 / 88.06 / 90.12 s"
