@@ -72,6 +72,9 @@ def run(
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Output directory (default out/<name>)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table (nor the note that the per-task rows were cut)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the scenario and print "
+                                 "the configuration it resolves to (as config.resolved.yaml "
+                                 "would hold it), without running or writing anything."),
     model: Optional[str] = typer.Option(None, "--model", metavar="NAME",
                                         help="LLM workloads: model name or config.json."),
     prompt_len: Optional[int] = typer.Option(None, "--prompt-len", metavar="TOKENS",
@@ -130,6 +133,12 @@ def run(
                     message = message.removesuffix(OVERRIDE_NOTE.format(f"run.mode={mode}"))
                     raise NpusimError(f"{scenario}: --mode: {message}") from None
             raise
+        if dry_run:  # (mapping and device-level checks come with the run)
+            import yaml
+
+            typer.echo(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False),
+                       nl=False)
+            return
         out_dir = check_output_dir(out_path or Path("out") / config.name)  # before the run
         check_not_inputs(out_dir, output_names(), _input_files(config, hw),
                          option="--out" if out_path else "the default --out")

@@ -122,6 +122,18 @@ def test_the_summary_names_the_chip_that_ran(tmp_path, capsys):
     assert code == 0 and "quickstart on my_chip (analytic)" in out
 
 
+def test_dry_run_prints_what_config_resolved_yaml_will_hold_and_writes_nothing(tmp_path,
+                                                                               capsys):
+    args = ["run", str(QUICKSTART), "--mode", "analytic", "--set", "workload.m=512"]
+    code, out, _ = run_cli([*args, "--dry-run", "--out", str(tmp_path / "dry")], capsys)
+    assert code in (0, None) and not (tmp_path / "dry").exists()
+    code, _, _ = run_cli([*args, "-q", "--out", str(tmp_path / "ran")], capsys)
+    assert out == (tmp_path / "ran" / "config.resolved.yaml").read_text()
+    code, _, err = run_cli(["run", str(QUICKSTART), "--dry-run", "--set", "workload.m=0"],
+                           capsys)
+    assert code == 2 and "workload.m" in err  # still checked
+
+
 def test_version_prints_the_package_version(capsys):
     from npusim import __version__
 
