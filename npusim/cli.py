@@ -342,7 +342,29 @@ from npusim.cli_compare import register as _register_compare; _register_compare(
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    _show_config_notes()
     app(args=argv if argv is not None else sys.argv[1:], prog_name="npusim")
+
+
+def _show_config_notes() -> None:
+    """Print a :class:`ConfigNote` warning as a yellow ``note:`` line (the others as
+    Python shows them); installed once per process."""
+    import warnings
+
+    from npusim.core.errors import ConfigNote
+
+    shown = warnings.showwarning
+    if getattr(shown, "npusim_notes", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ConfigNote):
+            typer.secho(f"note: {message}", fg=typer.colors.YELLOW, err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.npusim_notes = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 if __name__ == "__main__":  # pragma: no cover

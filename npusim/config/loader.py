@@ -25,7 +25,7 @@ from npusim.config.overrides import (OVERRIDE_MARK, apply_override, describe_inp
 from npusim.config.presets import hwconfig_root, is_preset_file, load_preset, locate, read_yaml
 # (format_validation_error and validate are part of this module's API too: step 5)
 from npusim.config.validation_errors import format_validation_error, validate
-from npusim.core.errors import ConfigError
+from npusim.core.errors import ConfigError, ConfigNote
 
 _MAX_PRESET_DEPTH = 16
 
@@ -86,7 +86,7 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
         identity = _preset_identity(name)
         # A file is shown by its resolved path, as a name is by its name: the chain
         # then spells one preset one way however each file wrote it.
-        shown = identity if is_preset_file(name) and Path(identity).is_file() else name
+        shown = identity if is_preset_file(name) else name
         for seen, earlier in chain:
             if identity == seen:
                 cycle = " -> ".join([*(n for _, n in chain), shown])
@@ -97,9 +97,8 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
                     "lines)"))])
         # A preset's own relative presets and files are next to it, a file's as a named
         # preset's (hwconfigs/x/b.yaml naming preset: a.yaml means hwconfigs/x/a.yaml).
-        anchor_files(base, Path(identity).parent if Path(identity).is_file()
-                     else locate(name).resolve().parent)
-        data = _swap_presets(base, data)
+        anchor_files(base, Path(identity).parent)  # (it loaded: identity is its file)
+        data = _swap_presets(base, data, path)
         base = resolve_presets(base, f"preset {name}", path, depth + 1,
                                (*chain, (identity, shown)), origin)
         data = deep_merge(base, data)
@@ -107,7 +106,7 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
             for key, value in data.items()}
 
 
-def _swap_presets(base: dict, data: dict) -> dict:
+def _swap_presets(base: dict, data: dict, path: str) -> dict:
     """Move each block of ``data`` (the keys beside a preset) that names a preset of its
     own into ``base``, the preset's mapping before it is resolved, and return the rest
     of ``data``.  Keys beside a preset override what the preset resolves to, so a block
@@ -115,10 +114,12 @@ def _swap_presets(base: dict, data: dict) -> dict:
     preset: ``hw: {preset: npu/large_core_64, hbm: {preset: memory/lpddr5}}`` was the
     chip's HBM2E under another name.  Moved in, it swaps the preset of the chip's block:
     ``hbm: {preset: memory/hbm2e, channels: 4}`` becomes ``{preset: memory/lpddr5,
-    channels: 4}`` (the chip's other choices for that block stay, the block's own keys
-    win); a block the chip spells out without a preset is replaced whole.  Blocks nested
-    deeper move the same way, and through a chain of presets each level passes them on.
-    A block whose preset does not load stays where it is written, to be reported there."""
+    channels: 4}`` (the chip's other choices for that block stay, with a
+    :class:`ConfigNote` naming them; the block's own keys win).  A chip that builds on
+    another preset passes the block on with its own keys for it (``hbm: {channels: 2}``
+    over its base's 4 stays 2); a block a chip without a preset spells out whole is
+    replaced whole.  Blocks nested deeper move the same way.  A block whose preset does
+    not load stays where it is written, to be reported there."""
     rest = dict(data)
     for key, value in data.items():
         if not isinstance(value, Mapping):
@@ -127,17 +128,34 @@ def _swap_presets(base: dict, data: dict) -> dict:
         if "preset" in value:
             if not _loads(value["preset"]):
                 continue
-            base[key] = (deep_merge(target, value)
-                         if isinstance(target, Mapping) and "preset" in target
-                         else copy.deepcopy(value))
+            if isinstance(target, Mapping) and ("preset" in target or "preset" in base):
+                kept = [k for k in target if k != "preset" and k not in value]
+                if kept and "preset" in target and target["preset"] != value["preset"]:
+                    _note_kept(join_path(path, key), target, value["preset"], kept)
+                base[key] = deep_merge(target, value)
+            else:
+                base[key] = copy.deepcopy(value)
             del rest[key]
         elif isinstance(target, Mapping) or (target is None and "preset" in base):
             inner = dict(target) if isinstance(target, Mapping) else {}
-            left = _swap_presets(inner, value)
+            left = _swap_presets(inner, value, join_path(path, key))
             if left != value:  # some block moved in
                 base[key] = inner
                 rest[key] = left
     return rest
+
+
+def _note_kept(where: str, target: Mapping, preset: str, kept: list[str]) -> None:
+    """Say which of the chip's keys a swapped block keeps: they were chosen for the
+    chip's own preset (a clock, timings) and may not suit the new one."""
+    import warnings
+
+    shown = ", ".join(f"{k}: {target[k]}" if not isinstance(target[k], (Mapping, list))
+                      else k for k in kept)
+    warnings.warn(
+        f"{where}: preset {preset} in place of the chip's {target['preset']} keeps the "
+        f"chip's {shown} (chosen for {target['preset']}); to drop them, replace the block "
+        f"whole: --set '{where}={{preset: {preset}}}'", ConfigNote, stacklevel=2)
 
 
 def _loads(name: Any) -> bool:

@@ -41,12 +41,27 @@ def workloads_root() -> Path:
     return _root_from_env("NPUSIM_WORKLOADS", REPO_ROOT / "workloads", "models and scenarios")
 
 
+def _key_kind(key: Any) -> str:
+    """``bool``, ``number`` or the type's name: keys of one kind that are equal are one
+    key written twice."""
+    if isinstance(key, bool):
+        return "bool"
+    return "number" if isinstance(key, (int, float)) else type(key).__name__
+
+
+def _yaml_spelling(key: Any) -> str:
+    """A key as YAML spells it (``true``, ``null``, ``1``, ``'x'``)."""
+    if isinstance(key, bool) or key is None:
+        return {True: "true", False: "false", None: "null"}[key]
+    return repr(key)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A safe loader that rejects a key given twice in one mapping (plain PyYAML keeps
     the last one, so a doubled ``sram:`` would silently drop the first value)."""
 
     def construct_mapping(self, node, deep=False):
-        seen: dict[tuple[type, Any], int] = {}
+        seen: dict[Any, tuple[int, Any]] = {}
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # PyYAML could not even say so
                 raise yaml.constructor.ConstructorError(
@@ -54,15 +69,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     "1.2; expected plain keys (write the shared keys out; a hardware block can "
                     "keep them in a file it names with preset: FILE.yaml)", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
-            try:  # by type too: 1 and true are equal in Python, not the same key in YAML
-                first = seen.get((type(key), key))
+            try:
+                first = seen.get(key)
             except TypeError:
                 continue  # an unhashable key: the base class reports it
             if first is not None:
+                line, earlier = first
+                if _key_kind(earlier) == _key_kind(key):  # 1 and 1.0: one number twice
+                    problem = f"key {key!r} appears twice in one mapping"
+                else:  # 1 and true, 0 and false: equal once read, so one would be lost
+                    problem = (f"keys {_yaml_spelling(earlier)} and {_yaml_spelling(key)} "
+                               "are one key once read (a YAML true is 1 and false is 0) "
+                               "in one mapping")
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping (first at line "
-                    f"{first + 1}); expected each key once", key_node.start_mark)
-            seen[(type(key), key)] = key_node.start_mark.line
+                    None, None, f"{problem} (first at line {line + 1}); expected each key "
+                    "once", key_node.start_mark)
+            seen[key] = (key_node.start_mark.line, key)
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node):

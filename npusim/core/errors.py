@@ -68,6 +68,12 @@ class TraceError(NpusimError):
     """A request or routing trace is malformed; the message names file and line."""
 
 
+class ConfigNote(UserWarning):
+    """Something a valid configuration does that its author may not expect (a swapped
+    block preset that keeps the chip's other keys for the block); the command line
+    prints it as a note, Python code sees a warning."""
+
+
 class ValidationFailure(NpusimError):
     """One or more reference cases are outside their tolerance."""
 

@@ -135,6 +135,14 @@ def test_dry_run_prints_what_config_resolved_yaml_will_hold_and_writes_nothing(t
     assert code == 2 and "workload.m" in err  # still checked
 
 
+def test_a_swapped_block_preset_that_keeps_the_chips_keys_is_a_note(capsys):
+    code, out, err = run_cli(["run", str(QUICKSTART), "--dry-run", "--set",
+                              "hw.hbm.preset=memory/lpddr5"], capsys)
+    assert code in (0, None) and "LPDDR5" in out
+    assert "note: hw.hbm: preset memory/lpddr5 in place of the chip's memory/hbm2e keeps " \
+           "the chip's channels: 4" in " ".join(err.split())
+
+
 def test_version_prints_the_package_version(capsys):
     from npusim import __version__
 

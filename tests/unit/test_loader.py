@@ -217,13 +217,16 @@ def test_a_key_given_twice_or_a_binary_file_is_a_config_error(tmp_path):
         loader.load_raw(binary)
     with pytest.raises(ConfigError, match="key 'm' appears twice"):
         loader.parse_override("workload={kind: gemm, m: 1, m: 2}")
-    # 1 and true are equal in Python but different YAML keys: not "appears twice", but
-    # the number that is no field name
+    # 1 and true are different YAML keys that Python reads as one (one value would be
+    # lost): said so, not "appears twice"; 1 and 1.0 are one number twice
     numbered = tmp_path / "numbered.yaml"
-    numbered.write_text("name: x\nworkload: {kind: gemm, 1: a, true: b}\n")
-    with pytest.raises(ConfigError, match="key 1 is read as a number") as info:
-        loader.load_scenario(numbered)
-    assert "appears twice" not in str(info.value)
+    for text, expected in (("{kind: gemm, 1: a, true: b}", "keys 1 and true are one key "
+                                                           "once read"),
+                           ("{0: 1, false: 4}", "keys 0 and false are one key once read"),
+                           ("{0: 1, 1: 4, 1.0: 9}", "key 1.0 appears twice")):
+        numbered.write_text(f"name: x\nworkload: {text}\n")
+        with pytest.raises(ConfigError, match=expected):
+            loader.load_raw(numbered)
 
 
 def test_missing_and_malformed_files(tmp_path):
@@ -367,32 +370,56 @@ def test_a_named_presets_relative_file_is_next_to_it_and_a_cycle_spells_each_onc
                               f"{a_file} ({a_file} is preset x/a); ")
 
 
+@pytest.mark.filterwarnings("ignore::npusim.core.errors.ConfigNote")
 def test_a_block_naming_its_own_preset_under_a_chip_preset_swaps_the_chips_block(tmp_path):
     # hw: {preset: npu/large_core_64, hbm: {preset: memory/lpddr5}} resolved to the chip's
     # HBM2E: the chip's resolved hbm block was merged over the LPDDR5 preset, silently
     # (and a sweep over hw.hbm.preset gave one latency for every memory).
+    from npusim.core.errors import ConfigNote
+
     lpddr5 = load_preset("memory/lpddr5")
 
-    def hbm(data, overrides=()):
+    def resolved(data, overrides=()):
         scenario = tmp_path / "s.yaml"
         scenario.write_text(yaml.safe_dump({"name": "s", **data}))
-        return loader.load_raw(scenario, overrides)["hw"]["hbm"]
+        return loader.load_raw(scenario, overrides)["hw"]
+
+    def hbm(data, overrides=()):
+        return resolved(data, overrides)["hbm"]
 
     chip = {"hw": {"preset": "npu/large_core_64", "hbm": {"preset": "memory/lpddr5"}}}
-    swapped = hbm(chip)
-    assert swapped["standard"] == lpddr5["standard"]
-    assert swapped["channels"] == 4  # the chip's choice beside its block's preset stays
+    # the chip's channel count stays, and a note says so (it was chosen for HBM2E)
+    with pytest.warns(ConfigNote, match=r"hw.hbm: preset memory/lpddr5 in place of the "
+                                        r"chip's memory/hbm2e keeps the chip's channels: 4"):
+        swapped = hbm(chip)
+    assert swapped["standard"] == lpddr5["standard"] and swapped["channels"] == 4
     chip["hw"]["hbm"]["channels"] = 2  # the block's own keys win
     assert hbm(chip)["channels"] == 2
-    # the same as an override, and through a chip file of the user's that chains to it
+    # the same as an override, also with the chip's preset replaced beside it
     assert hbm({"hw": {"preset": "npu/large_core_64"}}, ["hw.hbm.preset=memory/lpddr5"]) \
         == swapped
+    small = hbm({"hw": {"preset": "npu/large_core_64"}},
+                ["hw.preset=npu/small_core_256", "hw.hbm.preset=memory/lpddr5"])
+    assert small["standard"] == lpddr5["standard"]
+    assert small["channels"] == load_preset("npu/small_core_256")["hbm"]["channels"]
+    # through a chip file of the user's that chains to it, its own keys for the block
+    # stay (2 channels over the base chip's 4)
     (tmp_path / "my_chip.yaml").write_text("preset: npu/large_core_64\nname: mine\n")
     assert hbm({"hw": {"preset": "my_chip.yaml", "hbm": {"preset": "memory/lpddr5"}}}) \
         == swapped
+    (tmp_path / "my_chip.yaml").write_text("preset: npu/large_core_64\nhbm: {channels: 2}\n")
+    two = hbm({"hw": {"preset": "my_chip.yaml", "hbm": {"preset": "memory/hbm2e"}}})
+    assert two["channels"] == 2
+    assert two == hbm({"hw": {"preset": "my_chip.yaml"}})  # the chip's own memory again
+    # a nested block swaps the same way
+    (tmp_path / "sram.yaml").write_text("kind: sram\ncapacity_bytes: 8MiB\n")
+    core = resolved({"hw": {"preset": "npu/large_core_64",
+                            "core": {"sram": {"preset": str(tmp_path / "sram.yaml")}}}})
+    assert core["core"]["sram"]["capacity_bytes"] == "8MiB"
+    assert core["core"]["systolic"] == resolved({"hw": {"preset": "npu/large_core_64"}})[
+        "core"]["systolic"]
     # a chip that spells its block out, without a preset, has it replaced whole
-    spelled = loader.load_raw(tmp_path / "s.yaml")["hw"]  # (the last scenario's chip)
-    spelled["hbm"] = hbm({"hw": {"preset": "npu/large_core_64"}})
+    spelled = resolved({"hw": {"preset": "npu/large_core_64"}})
     (tmp_path / "spelled.yaml").write_text(yaml.safe_dump(spelled))
     assert hbm({"hw": {"preset": "spelled.yaml", "hbm": {"preset": "memory/lpddr5"}}}) == \
         loader.resolve_presets({"preset": "memory/lpddr5"}, "x")
