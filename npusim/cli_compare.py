@@ -50,6 +50,14 @@ def compare(
 
         kinds = [is_sweep_dir(run) for run in runs]
         if any(kinds):
+            for run in runs:  # what each path is, before saying it is not a sweep
+                if not run.exists():
+                    raise analysis.AnalysisError(f"{run}: no such directory; expected a "
+                                                 "sweep directory (npusim sweep --out DIR)")
+                if not run.is_dir():
+                    raise analysis.AnalysisError(
+                        f"{run}: is a file, not a directory; expected a sweep directory "
+                        "(npusim sweep --out DIR)")
             if not all(kinds):
                 sweep, run = runs[kinds.index(True)], runs[kinds.index(False)]
                 raise analysis.AnalysisError(
@@ -116,12 +124,16 @@ def _print_sweeps(table, sweeps: int) -> None:
     for index, row in zip(table.index, table.itertuples(index=False)):
         metric, point = (index[0], index[1:]) if matched else (index, ())
         cells = [str(metric) if metric != previous else "",
-                 *(str(value) for value in point),
+                 *(_setting(param, value) for param, value in zip(matched, point)),
                  *(_value(value, str(metric)) for value in row[:sweeps]),
                  *(_percent(value) for value in row[sweeps:])]
         out.add_row(*cells, end_section=False)
         previous = metric
     console.print(out)
+    shared = table.attrs.get("points_shared")
+    if shared == 0 and matched:
+        console.print("[yellow]note: no point is in more than one sweep (their parameter "
+                      "values differ), so nothing is compared[/yellow]")
 
 
 def _settings_table(settings):

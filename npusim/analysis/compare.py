@@ -38,6 +38,14 @@ HEADLINE_METRICS = (
 )
 
 
+#: The headline of a capacity sweep's points (``capacity.*``), for the same use.
+CAPACITY_HEADLINE = (
+    "capacity.requests_per_s", "capacity.status", "capacity.best.goodput_requests_per_s",
+    "capacity.best.ttft_ms_p90", "capacity.best.tbt_ms_mean", "capacity.best.e2e_ms_mean",
+    "capacity.probes",
+)
+
+
 def _load(run: Any) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """``(metrics, config, directory)`` of a Result or of a run directory."""
     from npusim.metrics.result import Result
@@ -52,19 +60,20 @@ def _load(run: Any) -> tuple[dict[str, Any], dict[str, Any], str | None]:
                         f"{type(run).__name__}")
 
 
-def _names(runs: Sequence[tuple[dict, dict, str | None]], names: Sequence[str] | None
-           ) -> list[str]:
+def column_names(runs: Sequence[tuple[Any, Any, str | None]], names: Sequence[str] | None,
+                 what: str = "run") -> list[str]:
     """Column names: ``names`` if given, else each directory's name (its whole path where
-    two share a name), else ``run1``, ``run2`` ... for Results."""
+    two share a name), else ``run1``, ``run2`` ... (``what`` and a number) for those
+    without a directory (Results, frames)."""
     if names is not None:
         names = [str(name) for name in names]
         if len(names) != len(runs):
-            raise AnalysisError(f"names (--name): {len(names)} given for {len(runs)} runs; "
-                                "expected one per run, in order")
+            raise AnalysisError(f"names (--name): {len(names)} given for {len(runs)} "
+                                f"{what}s; expected one per {what}, in order")
         if len(set(names)) != len(names):
-            raise AnalysisError(f"names (--name): each run needs its own name, got {names}")
+            raise AnalysisError(f"names (--name): each {what} needs its own name, got {names}")
         return names
-    short = [Path(where).name or where if where else f"run{i + 1}"
+    short = [Path(where).name or where if where else f"{what}{i + 1}"
              for i, (_, _, where) in enumerate(runs)]
     typed = [where for _, _, where in runs]
     # a directory is itself however it is spelt (runs/a, ./runs/a, its absolute path)
@@ -80,7 +89,7 @@ def _loaded(runs: Iterable[Any], names: Sequence[str] | None):
     loaded = [_load(run) for run in runs]
     if len(loaded) < 2:
         raise AnalysisError(f"comparing needs at least two runs, got {len(loaded)}")
-    return loaded, _names(loaded, names)
+    return loaded, column_names(loaded, names)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -139,15 +148,15 @@ def compare_runs(*runs: Any, metrics: Iterable[str] | None = None,
     loaded, columns = _loaded(runs, names)
     flats = [_metric_leaves(m) for m, _, _ in loaded]
     available = list(dict.fromkeys(path for flat in flats for path in flat))
-    chosen = _choose(available, metrics)
+    chosen = choose_metrics(available, metrics)
     data: dict[str, list] = {name: [flat.get(path) for path in chosen]
                              for name, flat in zip(columns, flats)}
     first = data[columns[0]]
     for name in columns[1:]:
-        data[f"{name} change %"] = [_change(a, b) for a, b in zip(first, data[name])]
+        data[f"{name} change %"] = [change_percent(a, b) for a, b in zip(first, data[name])]
     frame = pd.DataFrame(data, index=pd.Index(chosen, name="metric"))
     for name in columns:  # numbers stay numbers; a column mixing in text is object
-        if all(_is_number(v) or v is None for v in data[name]):
+        if all(is_number(v) or v is None for v in data[name]):
             frame[name] = pd.to_numeric(frame[name])
     return frame
 
@@ -158,11 +167,19 @@ def _metric_leaves(metrics: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, (list, dict))}
 
 
-def _choose(available: list[str], metrics: Iterable[str] | None, what: str = "run"
+def choose_metrics(available: list[str], metrics: Iterable[str] | None, what: str = "run"
             ) -> list[str]:
     if metrics is None:
-        return [path for pattern in HEADLINE_METRICS
-                for path in _matches(available, pattern)]
+        chosen = [path for pattern in HEADLINE_METRICS
+                  for path in _matches(available, pattern)]
+        if not chosen:  # a capacity sweep has capacity.* only: its answer and best probe
+            chosen = [path for pattern in CAPACITY_HEADLINE
+                      for path in _matches(available, pattern)]
+        if not chosen and available:
+            raise AnalysisError(f"none of the headline metrics is in these {what}s; name "
+                                f"some with metrics= (-m): they have {len(available)}, "
+                                f"such as {', '.join(available[:5])}")
+        return chosen
     if isinstance(metrics, str):  # one pattern, not its letters
         metrics = [metrics]
     chosen: list[str] = []
@@ -187,13 +204,13 @@ def _matches(available: list[str], pattern: str) -> list[str]:
     return [pattern] if pattern in available else []
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _change(first: Any, other: Any) -> float:
+def change_percent(first: Any, other: Any) -> float:
     """``other`` relative to ``first`` in percent; NaN where that means nothing."""
-    if not (_is_number(first) and _is_number(other)) or not math.isfinite(first) \
+    if not (is_number(first) and is_number(other)) or not math.isfinite(first) \
             or not math.isfinite(other):
         return math.nan
     if first == 0:
@@ -202,7 +219,7 @@ def _change(first: Any, other: Any) -> float:
 
 
 def _differ(a: Any, b: Any) -> bool:
-    if _is_number(a) and _is_number(b):
+    if is_number(a) and is_number(b):
         return a != b and not (isinstance(a, float) and isinstance(b, float)
                                and math.isnan(a) and math.isnan(b))
     return a != b

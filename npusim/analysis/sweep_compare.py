@@ -13,15 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from npusim.analysis.compare import _change, _choose, _is_number, _names
+from npusim.analysis.compare import change_percent, choose_metrics, column_names, is_number
 from npusim.analysis.frames import AnalysisError
+from npusim.sweep.store import META_COLUMNS, TAIL_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 #: Columns of a sweep's results that are neither a parameter nor a metric.
-_BOOKKEEPING = frozenset({"point", "status", "error", "wall_time_s", "config_hash", "key",
-                          "npusim_version", "sweep"})
+_BOOKKEEPING = frozenset(META_COLUMNS + TAIL_COLUMNS)
 _METRIC_PREFIX = "metrics."
 
 
@@ -97,7 +97,7 @@ def compare_sweeps(*sweeps: Any, metrics: Iterable[str] | None = None,
     loaded = [_frame(sweep) for sweep in sweeps]
     if len(loaded) < 2:
         raise AnalysisError(f"comparing needs at least two sweeps, got {len(loaded)}")
-    columns = _names([(None, None, where) for _, where in loaded], names)
+    columns = column_names([(None, None, where) for _, where in loaded], names, "sweep")
     shared = [p for p in _params(loaded[0][0])
               if all(p in frame.columns for frame, _ in loaded[1:])]
     tables = []
@@ -116,7 +116,7 @@ def compare_sweeps(*sweeps: Any, metrics: Iterable[str] | None = None,
                   if c.startswith((_METRIC_PREFIX, "capacity."))}
         tables.append((keys, values))
     available = list(dict.fromkeys(m for _, values in tables for m in values))
-    chosen = _choose(available, metrics, "sweep")
+    chosen = choose_metrics(available, metrics, "sweep")
     points = list(dict.fromkeys(key for keys, _ in tables for key in keys))
     lookups = [{key: i for i, key in enumerate(keys)} for keys, _ in tables]
     rows: list[tuple] = []
@@ -127,16 +127,19 @@ def compare_sweeps(*sweeps: Any, metrics: Iterable[str] | None = None,
             for (_, values), lookup, name in zip(tables, lookups, columns):
                 column, at = values.get(metric), lookup.get(point)
                 value = None if column is None or at is None else column[at]
-                data[name].append(_key(value) if _is_number(_key(value)) else value)
+                data[name].append(_key(value) if is_number(_key(value)) else value)
     first = data[columns[0]]
     for name in columns[1:]:
-        data[f"{name} change %"] = [_change(a, b) for a, b in zip(first, data[name])]
+        data[f"{name} change %"] = [change_percent(a, b) for a, b in zip(first, data[name])]
     index = pd.MultiIndex.from_tuples(rows, names=["metric", *shared]) if shared else \
         pd.Index([row[0] for row in rows], name="metric")
     frame = pd.DataFrame(data, index=index)
     for name in columns:  # numbers stay numbers; a column mixing in text is object
-        if all(_is_number(v) or v is None for v in data[name]):
+        if all(is_number(v) or v is None for v in data[name]):
             frame[name] = pd.to_numeric(frame[name])
     frame.attrs["matched_on"] = shared
+    # points more than one sweep ran: what is compared at all
+    frame.attrs["points_shared"] = sum(
+        sum(point in lookup for lookup in lookups) > 1 for point in points)
     frame.attrs["points"] = {name: len(keys) for name, (keys, _) in zip(columns, tables)}
     return frame

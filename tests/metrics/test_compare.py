@@ -70,11 +70,11 @@ def test_compare_runs_puts_the_metrics_side_by_side_with_their_change(runs):
 
 @pytest.mark.unit
 def test_a_change_from_zero_or_of_text_is_not_a_number():
-    from npusim.analysis.compare import _change
+    from npusim.analysis.compare import change_percent
 
-    assert _change(0, 0) == 0.0 and math.isnan(_change(0, 5))
-    assert math.isnan(_change("ring", "mesh2d")) and math.isnan(_change(None, 3))
-    assert _change(-2, -1) == pytest.approx(50.0)  # relative to the magnitude
+    assert change_percent(0, 0) == 0.0 and math.isnan(change_percent(0, 5))
+    assert math.isnan(change_percent("ring", "mesh2d")) and math.isnan(change_percent(None, 3))
+    assert change_percent(-2, -1) == pytest.approx(50.0)  # relative to the magnitude
 
 
 @pytest.mark.component

@@ -99,3 +99,25 @@ def test_compare_command_takes_sweeps_prints_per_point_and_writes_csv(sweeps, tm
     code, _, err = cli(["compare", base, run], capsys)
     assert code != 0 and "is a sweep directory and" in err and "run directories only or " \
         "sweep directories only" in err
+
+
+def test_a_capacity_sweep_defaults_to_its_answer_and_no_shared_point_is_said(sweeps, tmp_path,
+                                                                            capsys):
+    from npusim.analysis.compare import choose_metrics
+
+    capacity = ["capacity.attainment", "capacity.best.tbt_ms_mean", "capacity.requests_per_s",
+                "capacity.status"]
+    assert choose_metrics(capacity, None, "sweep") == [
+        "capacity.requests_per_s", "capacity.status", "capacity.best.tbt_ms_mean"]
+    with pytest.raises(analysis.AnalysisError, match="none of the headline metrics is in "
+                                                     "these sweeps; name some"):
+        choose_metrics(["odd.metric"], None, "sweep")
+    base, slow, _ = sweeps
+    other = _sweep(tmp_path, "other", {"workload.m": [512]})
+    code, out, _ = cli(["compare", base, other, "-m", "latency_ps"], capsys)
+    assert code == 0 and "no point is in more than one sweep" in " ".join(out.split())
+    code, _, err = cli(["compare", base, tmp_path / "typo"], capsys)
+    assert code != 0 and "typo: no such directory; expected a sweep directory" in err
+    with pytest.raises(analysis.AnalysisError, match=r"1 given for 2 sweeps; expected one "
+                                                     r"per sweep"):
+        analysis.compare_sweeps(base, slow, names=["a"])
