@@ -23,7 +23,7 @@ from npusim.core.units import PS_PER_S
 from npusim.executor.base import OPERAND_STALL
 from npusim.executor.memo import SegmentMemo
 from npusim.executor.session import Session
-from npusim.hw.base import ComputeUnit, MemoryTarget
+from npusim.hw.facts import level, rated_parts
 from npusim.metrics.result import Result
 from npusim.workload.program import Program
 
@@ -158,7 +158,7 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
     unit_stats = session.unit_stats()
     metrics = _metrics(latency_ps, unit_stats, info, session.memo, session.events,
                        session.transactions, segments, session.mode, scenario.name,
-                       levels=sorted({_level(name) for name in session.device.parts}))
+                       levels=sorted({level(name) for name in session.device.parts}))
     metrics.update(peak_utilisation(session.device, unit_stats, latency_ps))
     metrics["busy_by_op_ps"] = dict(sorted(session.busy_by_op.items()))
     metrics["trace_segments"] = len(set(session.columns["segment"]))
@@ -174,11 +174,6 @@ def _result(scenario, session: Session, latency_ps: int, info: dict[str, Any], s
                   config=scenario.model_dump(mode="json"),
                   host={"wall_time_s": wall, "npusim_version": __version__,
                         "events_per_s": events / wall if wall > 0 else 0.0})
-
-
-def _level(unit: str) -> str:
-    """Memory/network level of a part name: ``core3.hbm`` → ``hbm``, ``noc`` → ``noc``."""
-    return unit.rsplit(".", 1)[-1] if "." in unit else unit
 
 
 def peak_utilisation(device, unit_stats: dict[str, dict[str, int]], latency_ps: int
@@ -200,17 +195,16 @@ def peak_utilisation(device, unit_stats: dict[str, dict[str, int]], latency_ps: 
     rated_flops = 0
     peak_bps: dict[str, int] = defaultdict(int)
     moved: dict[str, int] = defaultdict(int)
-    for name, part in device.parts.items():
+    for name, part, is_compute in rated_parts(device):
         stats = unit_stats.get(name, {})
-        if isinstance(part, ComputeUnit) and part.peak_flops_per_s:
+        if is_compute:
             peak_flops += part.peak_flops_per_s
             rated_flops += stats.get("flops", 0)
             if stats.get("busy_ps"):
                 used_peak_flops += part.peak_flops_per_s
-        elif isinstance(part, MemoryTarget) and part.peak_bandwidth_bps:
-            level = _level(name)
-            peak_bps[level] += part.peak_bandwidth_bps
-            moved[level] += stats.get("bytes_read", 0) + stats.get("bytes_written", 0)
+        elif part.peak_bandwidth_bps:
+            peak_bps[level(name)] += part.peak_bandwidth_bps
+            moved[level(name)] += stats.get("bytes_read", 0) + stats.get("bytes_written", 0)
     seconds = latency_ps / PS_PER_S
     return {
         "peak_flops_per_s": peak_flops,
@@ -219,8 +213,8 @@ def peak_utilisation(device, unit_stats: dict[str, dict[str, int]], latency_ps: 
                                             if used_peak_flops and seconds else 0.0),
         "peak_bandwidth_bps_by_level": dict(sorted(peak_bps.items())),
         "bandwidth_utilisation_by_level": {
-            level: (moved[level] / (peak * seconds) if seconds else 0.0)
-            for level, peak in sorted(peak_bps.items())},
+            name: (moved[name] / (peak * seconds) if seconds else 0.0)
+            for name, peak in sorted(peak_bps.items())},
     }
 
 
@@ -229,12 +223,12 @@ def _metrics(latency_ps: int, unit_stats: dict[str, dict[str, int]], info: dict[
              name: str, levels: Iterable[str] = ()) -> dict[str, Any]:
     # every level of the device, 0 where nothing moved (a serving run that rejected
     # every request ran no segment: its sweep row keeps the columns)
-    bytes_by_level: dict[str, int] = defaultdict(int, {level: 0 for level in levels})
+    bytes_by_level: dict[str, int] = defaultdict(int, {known: 0 for known in levels})
     busy: dict[str, int] = {}
     for unit, stats in unit_stats.items():
         if ".link" in unit:
             continue
-        bytes_by_level[_level(unit)] += stats.get("bytes_read", 0) + stats.get("bytes_written", 0)
+        bytes_by_level[level(unit)] += stats.get("bytes_read", 0) + stats.get("bytes_written", 0)
         busy[unit] = stats.get("busy_ps", 0)
     flops = sum(stats.get("flops", 0) for stats in unit_stats.values())
     seconds = latency_ps / 1e12

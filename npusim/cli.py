@@ -265,9 +265,11 @@ def _device_preset_table(presets: list[str]):
     """The device presets' headline figures (cores, peak FLOP/s, memory per level), from
     the devices they build; a preset that does not build shows its first problem."""
     from rich.table import Table
+    from rich.text import Text
 
     from npusim.api import build_device
     from npusim.config.loader import resolve_presets
+    from npusim.config.presets import load_preset
     from npusim.config.validation_errors import validate
     from npusim.core import registry
     from npusim.core.units import format_bytes
@@ -278,7 +280,9 @@ def _device_preset_table(presets: list[str]):
     for column in ("preset", "cores", "peak TFLOP/s", "SRAM", "SRAM TB/s", "HBM", "HBM TB/s"):
         table.add_column(column, justify="left" if column == "preset" else "right")
     for name in presets:
+        written = None  # the kind the file itself names, if it loads
         try:
+            written = load_preset(name).get("kind")
             resolved = resolve_presets({"preset": name}, f"preset {name}")
             kind = resolved.get("kind")  # (a preset naming another gets its kind there)
             if not isinstance(kind, str) or kind not in devices:
@@ -286,11 +290,16 @@ def _device_preset_table(presets: list[str]):
             config = validate(devices[kind].config, resolved, f"preset {name}")
             facts = device_facts(build_device(config))
         except NpusimError as exc:
-            table.add_row(name, f"[yellow]does not build: {str(exc).splitlines()[-1].strip()}"
-                                "[/yellow]")
-            continue
+            if written in devices:
+                first = exc.problems[0] if isinstance(exc, ConfigError) and exc.problems \
+                    else ("", str(exc))
+                problem = f"{first[0]}: {first[1]}" if first[0] else first[1]
+                table.add_row(name, Text(f"does not build: {problem}", style="yellow"))
+            continue  # (a part's preset that does not load is no device)
         size, rate = facts["capacity_bytes_by_level"], facts["peak_bandwidth_bps_by_level"]
-        table.add_row(name, str(facts["cores"]), f"{facts['peak_flops_per_s'] / 1e12:,.0f}",
+        tflops = facts["peak_flops_per_s"] / 1e12
+        table.add_row(name, str(facts["cores"]),
+                      f"{tflops:,.0f}" if tflops >= 100 else f"{tflops:.3g}",
                       *(cell for level in ("sram", "hbm") for cell in (
                           format_bytes(size[level]) if size.get(level) else "-",
                           f"{rate[level] / 1e12:.2f}" if rate.get(level) else "-")))

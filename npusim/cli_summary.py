@@ -113,12 +113,12 @@ def summary_table(result) -> None:
     energy = metrics.get("energy") or {}
     if energy.get("energy_j"):
         table.add_row("energy: total (dynamic / static)",
-                      f"{_joules(energy['energy_j'])} ({_joules(energy['dynamic_energy_j'])} / "
-                      f"{_joules(energy['static_energy_j'])})")
+                      f"{joules(energy['energy_j'])} ({joules(energy['dynamic_energy_j'])} / "
+                      f"{joules(energy['static_energy_j'])})")
         table.add_row("power: average / peak",
                       f"{energy['average_power_w']:,.1f} / {energy['peak_power_w']:,.1f} W")
         if energy.get("energy_per_token_j"):
-            table.add_row("energy per output token", _joules(energy["energy_per_token_j"]))
+            table.add_row("energy per output token", joules(energy["energy_per_token_j"]))
     area = metrics.get("area_mm2") or {}
     if area.get("total"):
         table.add_row("chip area (area model)", f"{area['total']:,.0f} mm²")
@@ -172,10 +172,11 @@ def _least_most(shares: list[float]) -> str:
             f"{100 * shares[high]:.1f}% (stage {high})")
 
 
-def _joules(value: float) -> str:
-    """Energy to three significant digits in J, mJ or uJ."""
-    for scale, unit in ((1.0, "J"), (1e-3, "mJ")):
-        if abs(value) >= scale:
+def joules(value: float) -> str:
+    """Energy to three significant digits in MJ, kJ, J, mJ or uJ (the unit in which it
+    is at least 1 once rounded: 0.9995 J is 1 J, not 1e+03 mJ)."""
+    for scale, unit in ((1e6, "MJ"), (1e3, "kJ"), (1.0, "J"), (1e-3, "mJ")):
+        if float(f"{abs(value) / scale:.3g}") >= 1:
             return f"{value / scale:.3g} {unit}"
     return f"{value / 1e-6:.3g} uJ"
 

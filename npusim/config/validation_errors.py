@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from npusim.config.overrides import describe_input, format_path
 from npusim.core.errors import ConfigError
 
+
 def _nested_homes(owner: type[BaseModel], key: str) -> list[str]:
     """``block.key`` for each field of ``owner`` that is a block with a field ``key``."""
     homes = []

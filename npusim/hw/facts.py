@@ -5,9 +5,26 @@ parts that have them (the same peaks the run metrics' utilisations divide by).""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Iterator
 
 from npusim.hw.base import ComputeUnit, MemoryTarget
+
+
+def level(name: str) -> str:
+    """Memory/network level of a part name: ``core3.hbm`` -> ``hbm``, ``noc`` -> ``noc``."""
+    return name.rsplit(".", 1)[-1] if "." in name else name
+
+
+def rated_parts(device: Any) -> Iterator[tuple[str, Any, bool]]:
+    """``(name, part, is_compute)`` for each compute unit rated in FLOP/s and each
+    memory: the parts a device's peaks are summed over (whole-chip figures, and the run
+    metrics' utilisations)."""
+    for name, part in device.parts.items():
+        if isinstance(part, ComputeUnit):
+            if part.peak_flops_per_s:
+                yield name, part, True
+        elif isinstance(part, MemoryTarget):
+            yield name, part, False
 
 
 def device_facts(device: Any) -> dict[str, Any]:
@@ -18,16 +35,15 @@ def device_facts(device: Any) -> dict[str, Any]:
     flops = 0.0
     capacity: dict[str, int] = defaultdict(int)
     bandwidth: dict[str, int] = defaultdict(int)
-    for name, part in device.parts.items():
-        if isinstance(part, ComputeUnit) and part.peak_flops_per_s:
+    for name, part, is_compute in rated_parts(device):
+        if is_compute:
             flops += part.peak_flops_per_s
-        elif isinstance(part, MemoryTarget):
-            level = name.rsplit(".", 1)[-1]
-            size = getattr(part, "capacity_bytes", None)
-            if size is None:  # a DRAM channel's size is its address mapping's
-                size = getattr(getattr(part, "mapping", None), "capacity_bytes", None)
-            capacity[level] += int(size or 0)
-            bandwidth[level] += int(part.peak_bandwidth_bps or 0)
+            continue
+        size = getattr(part, "capacity_bytes", None)
+        if size is None:  # a DRAM channel's size is its address mapping's
+            size = getattr(getattr(part, "mapping", None), "capacity_bytes", None)
+        capacity[level(name)] += int(size or 0)
+        bandwidth[level(name)] += int(part.peak_bandwidth_bps or 0)
     return {"cores": len(cores), "peak_flops_per_s": flops,
             "capacity_bytes_by_level": dict(capacity),
             "peak_bandwidth_bps_by_level": dict(bandwidth)}

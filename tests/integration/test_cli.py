@@ -123,6 +123,13 @@ def test_the_summary_names_the_chip_that_ran(tmp_path, capsys):
     assert code == 0 and "quickstart on my_chip (analytic)" in out
 
 
+def test_energy_prints_in_a_unit_where_it_is_at_least_one():
+    from npusim.cli_summary import joules
+
+    assert joules(2870.4) == "2.87 kJ" and joules(0.9995) == "1 J" and joules(0.0748) == \
+        "74.8 mJ" and joules(5e-7) == "0.5 uJ" and joules(1.5e6) == "1.5 MJ"
+
+
 def test_dry_run_prints_what_config_resolved_yaml_will_hold_and_writes_nothing(tmp_path,
                                                                                capsys):
     args = ["run", str(QUICKSTART), "--mode", "analytic", "--set", "workload.m=512"]
@@ -325,9 +332,13 @@ def test_list_gives_each_device_presets_headline_figures(tmp_path, monkeypatch, 
     (tmp_path / "memory").mkdir()  # (the chip's memory preset, found under the new root)
     (tmp_path / "memory" / "hbm2e.yaml").write_text(
         (REPO_ROOT / "hwconfigs" / "memory" / "hbm2e.yaml").read_text())
+    # rich markup in a problem is text; a part's preset that does not load is no device
+    (tmp_path / "npu" / "markup.yaml").write_text('kind: npu\nname: m\nnoc: "[/x]"\n')
+    (tmp_path / "memory" / "bad.yaml").write_text("kind: dram\nchannels: [1\n")
     monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
     rows = _device_rows()
-    assert rows["npu/broken"][0].startswith("does not build: ")
+    assert rows["npu/broken"][0] == "does not build: core: required field is missing"
+    assert rows["npu/markup"][0].startswith("does not build: ") and "memory/bad" not in rows
     assert rows["npu/fine"][:2] == ["64", "1,049"] and "memory/hbm2e" not in rows
 
 
