@@ -130,7 +130,10 @@ class EnergyConfig(NumbersNotBooleans):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # metrics.json must stay valid JSON
 
-    process: str = Field("7nm", description="Process node the logic and SRAM figures describe.")
+    process: str = Field("7nm", description="Process node the logic and SRAM figures "
+                                            "describe: a label recorded in the energy "
+                                            "basis, it rescales nothing (set the figures "
+                                            "themselves for another node).")
 
     # -- compute ------------------------------------------------------------------------
     mac_fp16_pj: float = Field(

@@ -47,6 +47,12 @@ def settings_notes(config, trace, replicas) -> list[str]:
                      "happens under kv_reservation: incremental, or with "
                      "scheduler.preempt_lower_priority)")
     notes.extend(_pipeline_notes(config, replicas))
+    notes.extend(_scheduler_notes(config, replicas))
+    shared = getattr(config.trace, "shared_prefix", None)
+    if shared is not None and not config.prefix_caching:
+        notes.append("workload.trace.shared_prefix gives requests common prompt blocks, but "
+                     "workload.prefix_caching is false: every prompt is prefilled whole, so "
+                     "the shared prefix changes nothing (prefix_caching: true reuses it)")
     longest = max((r.prompt_tokens + r.output_tokens for r in trace), default=0)
     block = config.kv_block_tokens
     if longest and block > longest:
@@ -56,6 +62,39 @@ def settings_notes(config, trace, replicas) -> list[str]:
                      f"empty, so a replica holds at most {capacity // block:,} at once "
                      "(vLLM's block_size is 16; 1 is NpuSim's exact buffer)")
     return notes
+
+
+#: Options of every scheduler that the static one never acts on (it runs one batch at a
+#: time, start to finish, through the whole pipeline).
+_NOT_STATIC = ("fill_pipeline", "max_decode_micro_batches_in_flight",
+               "max_micro_batches_in_flight")
+
+
+def _scheduler_notes(config, replicas) -> list[str]:
+    """Scheduler fields set away from their defaults that the replica's scheduler kind
+    cannot act on (a default is no choice of the user's; a resolved configuration run
+    again writes every field, so what was written cannot tell)."""
+    notes = []
+    for role in dict.fromkeys(replica.role for replica in replicas):
+        scheduler = config.scheduler_for(role)
+        owner = ("workload.pd.decode_scheduler" if role == "decode"
+                 and config.pd.decode_scheduler else "workload.scheduler")
+        fields = type(scheduler).model_fields
+        written = {name for name in fields
+                   if getattr(scheduler, name) != fields[name].get_default(call_default_factory=True)}
+        if scheduler.kind == "static":
+            for field in _NOT_STATIC:
+                if field in written:
+                    notes.append(f"{owner}.{field}: the static scheduler runs one batch at a "
+                                 "time through the whole pipeline: no effect")
+        elif (scheduler.kind == "chunked_prefill" and "max_batch_tokens" in written
+              and scheduler.prefill_chunk_units is None):
+            notes.append(f"{owner}.max_batch_tokens: {scheduler.max_batch_tokens:,}, but "
+                         f"chunked_prefill caps an iteration at token_budget "
+                         f"({scheduler.token_budget:,} tokens) and sizes the buffers by it: "
+                         "no effect (it acts with prefill_chunk_units, which counts the "
+                         "budget in chunk units)")
+    return list(dict.fromkeys(notes))
 
 
 #: Scheduler options that only act on a pipeline of several stages: (field, value that

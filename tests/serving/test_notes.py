@@ -39,6 +39,18 @@ def test_the_shipped_scenarios_have_no_notes():
      "workload.kv_block_tokens: 4,096 is more than the longest request (200 tokens)"),
     (["workload.preemption=swap", HOST],
      "workload.preemption: swap, but nothing is preempted: kv_reservation: max_length"),
+    # chunked_prefill caps iterations at the token budget (the field said it sized the
+    # buffers and capped the batch: it did neither)
+    (["workload.scheduler.max_batch_tokens=65536"],
+     "workload.scheduler.max_batch_tokens: 65,536, but chunked_prefill caps an iteration "
+     "at token_budget (512 tokens)"),
+    # the static scheduler never has more than one batch under way
+    (["workload.scheduler={kind: static, max_batch_size: 8, max_micro_batches_in_flight: 1}"],
+     "workload.scheduler.max_micro_batches_in_flight: the static scheduler runs one batch"),
+    (["workload.trace={arrival: {kind: fixed, rate_per_s: 4}, prompt: 64, output: 2, "
+      "num_requests: 4, shared_prefix: {groups: 2, tokens: 32}}"],
+     "workload.trace.shared_prefix gives requests common prompt blocks, but "
+     "workload.prefix_caching is false"),
 ])
 def test_a_setting_without_effect_is_noted(overrides, fragment):
     found = notes(FUSION, *overrides)

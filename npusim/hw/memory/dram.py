@@ -66,8 +66,10 @@ class DramConfig(PartConfig):
     """A DRAM part: organisation, timing (cycles of ``tck_ps``), refresh, controller."""
 
     kind: Literal["dram"] = "dram"
-    standard: str = Field("", description="Human-readable part name, e.g. 'DDR4-3200AA x8' "
-                                          "(informational only).")
+    standard: str = Field("", description="Part name, e.g. 'DDR4-3200AA x8'. Timing "
+                                          "ignores it; the energy model picks the DRAM's "
+                                          "pJ/bit by its start (HBM2, LPDDR5, DDR4 ...: "
+                                          "run.energy.dram_pj_per_bit).")
     # -- organisation ----------------------------------------------------------------
     channels: int = Field(1, ge=1, le=MAX_CHANNELS,
                           description="Independent channels (each with its own data bus, "

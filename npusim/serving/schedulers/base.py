@@ -60,7 +60,10 @@ class SchedulerConfigBase(PartConfig):
         2048, ge=1, description="Most new tokens in one iteration (prefill tokens + one "
                                 "per decode); sizes the activation buffers the memory "
                                 "manager reserves (a PD-disaggregation decode pool's: "
-                                "at most max_batch_size tokens, one per request).")
+                                "at most max_batch_size tokens, one per request). Under "
+                                "chunked_prefill the token_budget caps iterations and "
+                                "sizes the buffers instead (it must be at most this), "
+                                "unless prefill_chunk_units counts it in chunk units.")
     order: Literal["fcfs", "priority"] = Field(
         "fcfs", description="Service order. 'fcfs': by arrival. 'priority': by the trace's "
                             "priority column, lower values first (as vLLM's priority "
