@@ -75,8 +75,9 @@ class VectorConfig(PartConfig):
                              "divide (assumption: exp on a one-slot special-function unit).")
     reduce_ops_per_element: int = Field(
         1, ge=1, description="ALU operations per reduced element (one add or max) of a "
-                             "reduce op (the MoE router's top-k, a micro workload's reduce). Norms and all-reduce adds "
-                             "are element-wise ops and do not use it.")
+                             "reduce op (the MoE router's top-k, a micro workload's "
+                             "reduce). Norms and all-reduce adds are element-wise ops and "
+                             "do not use it.")
     operand_bandwidth_bps: BandwidthBps | None = Field(
         None, gt=0, description="Bytes per second the scratchpad feeds the lanes, reads "
                                 "and writes together (an op takes at least its operand "
