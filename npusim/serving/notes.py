@@ -80,14 +80,14 @@ def _scheduler_notes(config, replicas) -> list[str]:
         owner = ("workload.pd.decode_scheduler" if role == "decode"
                  and config.pd.decode_scheduler else "workload.scheduler")
         fields = type(scheduler).model_fields
-        written = {name for name in fields
-                   if getattr(scheduler, name) != fields[name].get_default(call_default_factory=True)}
+        changed = {name for name, info in fields.items()
+                   if getattr(scheduler, name) != info.get_default(call_default_factory=True)}
         if scheduler.kind == "static":
             for field in _NOT_STATIC:
-                if field in written:
+                if field in changed:
                     notes.append(f"{owner}.{field}: the static scheduler runs one batch at a "
                                  "time through the whole pipeline: no effect")
-        elif (scheduler.kind == "chunked_prefill" and "max_batch_tokens" in written
+        elif (scheduler.kind == "chunked_prefill" and "max_batch_tokens" in changed
               and scheduler.prefill_chunk_units is None):
             notes.append(f"{owner}.max_batch_tokens: {scheduler.max_batch_tokens:,}, but "
                          f"chunked_prefill caps an iteration at token_budget "
