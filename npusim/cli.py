@@ -71,7 +71,8 @@ def run(
     mode: Optional[str] = mode_option(),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Output directory (default out/<name>)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table (nor the note that the per-task rows were cut)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the summary table "
+                               "(nor the note that the per-task rows were cut)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the scenario and print "
                                  "the configuration it resolves to (as config.resolved.yaml "
                                  "would hold it), without running or writing anything."),
