@@ -104,8 +104,8 @@ def _print_sweeps(table, sweeps: int) -> None:
     console = Console()
     matched = table.attrs.get("matched_on") or []
     counts = ", ".join(f"{name} {count}" for name, count in table.attrs["points"].items())
-    console.print(f"[bold]points matched on:[/bold] {', '.join(matched) or 'nothing (one point each)'}"
-                  f" (points that ran: {counts})")
+    on = ", ".join(matched) or "nothing (one point each)"
+    console.print(f"[bold]points matched on:[/bold] {on} (points that ran: {counts})")
     names = list(table.columns[:sweeps])
     out = Table(title="metrics per point (change relative to the first sweep)",
                 show_header=True)
