@@ -22,9 +22,10 @@ from typing import Any, Iterable, Mapping
 from npusim.config.overrides import (OVERRIDE_MARK, apply_override, describe_input,
                                      format_path, join_path, override_list, parse_override,
                                      with_override_notes)
-from npusim.config.presets import hwconfig_root, is_preset_file, load_preset, locate, read_yaml
+from npusim.config.presets import (hwconfig_root, is_preset_file, load_preset, locate,
+                                   preset_kind, presets_of_kind, read_yaml)
 # (format_validation_error and validate are part of this module's API too: step 5)
-from npusim.config.validation_errors import format_validation_error, validate
+from npusim.config.validation_errors import a_part, format_validation_error, kind_category, validate
 from npusim.core.errors import ConfigError, ConfigNote
 
 _MAX_PRESET_DEPTH = 16
@@ -98,7 +99,7 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
         # A preset's own relative presets and files are next to it, a file's as a named
         # preset's (hwconfigs/x/b.yaml naming preset: a.yaml means hwconfigs/x/a.yaml).
         anchor_files(base, Path(identity).parent)  # (it loaded: identity is its file)
-        data = _swap_presets(base, data, path)
+        data = _swap_presets(base, data, path, source)
         base = resolve_presets(base, f"preset {name}", path, depth + 1,
                                (*chain, (identity, shown)), origin)
         data = deep_merge(base, data)
@@ -106,7 +107,7 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
             for key, value in data.items()}
 
 
-def _swap_presets(base: dict, data: dict, path: str) -> dict:
+def _swap_presets(base: dict, data: dict, path: str, source: str) -> dict:
     """Move each block of ``data`` (the keys beside a preset) that names a preset of its
     own into ``base``, the preset's mapping before it is resolved, and return the rest
     of ``data``.  Keys beside a preset override what the preset resolves to, so a block
@@ -119,7 +120,8 @@ def _swap_presets(base: dict, data: dict, path: str) -> dict:
     another preset passes the block on with its own keys for it (``hbm: {channels: 2}``
     over its base's 4 stays 2); a block a chip without a preset spells out whole is
     replaced whole.  Blocks nested deeper move the same way.  A block whose preset does
-    not load stays where it is written, to be reported there."""
+    not load stays where it is written, to be reported there; one of another category
+    than the block it replaces (a chip's preset for its HBM) is an error here."""
     rest = dict(data)
     for key, value in data.items():
         if not isinstance(value, Mapping):
@@ -128,6 +130,8 @@ def _swap_presets(base: dict, data: dict, path: str) -> dict:
         if "preset" in value:
             if not _loads(value["preset"]):
                 continue
+            if isinstance(target, Mapping):
+                _check_same_category(target, value["preset"], join_path(path, key), source)
             if isinstance(target, Mapping) and ("preset" in target or "preset" in base):
                 kept = [k for k in target if k != "preset" and k not in value]
                 if kept and "preset" in target and target["preset"] != value["preset"]:
@@ -138,24 +142,72 @@ def _swap_presets(base: dict, data: dict, path: str) -> dict:
             del rest[key]
         elif isinstance(target, Mapping) or (target is None and "preset" in base):
             inner = dict(target) if isinstance(target, Mapping) else {}
-            left = _swap_presets(inner, value, join_path(path, key))
+            left = _swap_presets(inner, value, join_path(path, key), source)
             if left != value:  # some block moved in
                 base[key] = inner
                 rest[key] = left
     return rest
 
 
+def _check_same_category(target: Mapping, preset: str, where: str, source: str) -> None:
+    """Refuse a block's preset of another category than the part the block holds
+    (``hw.hbm.preset=npu/large_core_64``): merged, it would be a memory holding a chip's
+    thirty keys, and the chip's own preset inside itself a cycle."""
+    held = target.get("kind")
+    held = held if isinstance(held, str) else preset_kind(target.get("preset"))
+    given = preset_kind(preset)
+    wanted, got = kind_category(held), kind_category(given)
+    if wanted is None or got is None or wanted == got:
+        return  # a kind of the same category (or unknown) is validation's to judge
+    shipped = [name for name in presets_of_kind(held) if name != preset]
+    listing = (f": {', '.join(shipped)}" if shipped else
+               f" (none is shipped: set {where}'s fields instead)")
+    raise ConfigError(source, [(join_path(where, "preset"), (
+        f"{preset} is {a_part(got, 'preset')} (kind: {given}), but {where} holds "
+        f"{a_part(wanted)} (kind: {held}); expected a preset of kind {held}{listing}"))])
+
+
 def _note_kept(where: str, target: Mapping, preset: str, kept: list[str]) -> None:
     """Say which of the chip's keys a swapped block keeps: they were chosen for the
-    chip's own preset (a clock, timings) and may not suit the new one."""
+    chip's own preset (a clock, timings) and may not suit the new one.  The note holds
+    what it names (``block``, ``kept``), so that keys an override then sets are
+    dropped from it (:func:`_without_overridden`)."""
     import warnings
 
+    note = ConfigNote(_kept_message(where, target, preset, kept))
+    note.block, note.kept, note.redo = where, kept, (target, preset)
+    warnings.warn(note, stacklevel=2)
+
+
+def _kept_message(where: str, target: Mapping, preset: str, kept: list[str]) -> str:
     shown = ", ".join(f"{k}: {target[k]}" if not isinstance(target[k], (Mapping, list))
                       else k for k in kept)
-    warnings.warn(
-        f"{where}: preset {preset} in place of the chip's {target['preset']} keeps the "
-        f"chip's {shown} (chosen for {target['preset']}); to drop them, replace the block "
-        f"whole: --set '{where}={{preset: {preset}}}'", ConfigNote, stacklevel=2)
+    return (f"{where}: preset {preset} in place of the chip's {target['preset']} keeps the "
+            f"chip's {shown} (chosen for {target['preset']}); to drop them, replace the "
+            f"block whole: --set '{where}={{preset: {preset}}}'")
+
+
+def _without_overridden(note: Warning, paths: list[str]) -> Warning | None:
+    """``note`` less the kept keys that a later ``--set`` (or a sweep's value) sets
+    (``paths``), which then keep nothing of the chip's; None if none is left."""
+    kept = getattr(note, "kept", None)
+    if kept is None:
+        return note
+    block = note.block  # type: ignore[attr-defined]
+    if any(block == path or block.startswith(f"{path}.") for path in paths):
+        return None  # the whole block (or what holds it) is set afresh
+    left = [key for key in kept
+            if not any(path == join_path(block, key) or path.startswith(join_path(block, key)
+                                                                         + ".")
+                       for path in paths)]
+    if left == kept:
+        return note
+    if not left:
+        return None
+    target, preset = note.redo  # type: ignore[attr-defined]
+    again = ConfigNote(_kept_message(block, target, preset, left))
+    again.block, again.kept, again.redo = block, left, note.redo
+    return again
 
 
 def _loads(name: Any) -> bool:
@@ -230,11 +282,10 @@ def _check_device_kind(hw: dict, source: str, path: str = "kind", where: str = "
     devices = sorted(registry.entries("device"))
     if not isinstance(kind, str) or kind in devices:
         return
-    others = [category for category in registry.categories()
-              if category != "device" and kind in registry.entries(category)]
-    if not others and where != "--hw":
+    category = kind_category(kind)
+    if category is None and where != "--hw":
         return  # an unknown kind: validation says so, with the known ones
-    what = f"a {others[0]} part" if others else "not a registered kind"
+    what = a_part(category) if category else "not a registered kind"
     raise ConfigError(source, [(path, f"{kind!r}{origin} is {what}, not a device; {where} "
                                       f"expects a device (kind: {', '.join(devices)}) or "
                                       "'preset: npu/NAME'")])
@@ -269,17 +320,30 @@ def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -
     *before* resolution, so its siblings are merged onto the new preset; every other
     override applies to the resolved tree, where preset-provided keys already exist.
     """
+    import warnings
+
     parsed = [(text, *parse_override(text)) for text in overrides]
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
             apply_override(data, parts, value, text)
             _check_preset_not_shadowed(data, parts, value, text)
-    data = resolve_presets(data, source)
+    # A note on the chip's keys a swapped block keeps waits for the overrides: one
+    # that sets such a key (or the whole block) leaves nothing of the chip's to say.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = resolve_presets(data, source)
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
             continue
         value = resolve_presets(value, "--set", format_path(parts))
         apply_override(data, parts, value, text)
+    later = [format_path(parts) for _, parts, _ in parsed if parts and parts[-1] != "preset"]
+    for record in caught:
+        note = _without_overridden(record.message, later)
+        if note is not None:
+            # (this module's registry, as warnings.warn used: a note said once per text)
+            warnings.warn_explicit(note, record.category, record.filename, record.lineno,
+                                   registry=globals().setdefault("__warningregistry__", {}))
     return data
 
 

@@ -76,7 +76,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if first is not None:
                 line, earlier = first
                 if _key_kind(earlier) == _key_kind(key):  # 1 and 1.0: one number twice
-                    problem = f"key {key!r} appears twice in one mapping"
+                    problem = f"key {_yaml_spelling(key)} appears twice in one mapping"
                 else:  # 1 and true, 0 and false: equal once read, so one would be lost
                     problem = (f"keys {_yaml_spelling(earlier)} and {_yaml_spelling(key)} "
                                "are one key once read (a YAML true is 1 and false is 0) "
@@ -317,3 +317,25 @@ def load_preset(name: str, root: Path | None = None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(str(path), [("", f"expected a mapping, got {type(data).__name__}")])
     return data
+
+
+def preset_kind(name: Any) -> str | None:
+    """The ``kind:`` preset ``name`` resolves to, following the presets it builds on
+    (``preset: memory/hbm2e`` inside a file); None if it does not load or names none."""
+    seen: set[str] = set()
+    while isinstance(name, str) and name.strip() and name not in seen:
+        seen.add(name)
+        try:
+            data = load_preset(name)
+        except ConfigError:
+            return None
+        kind = data.get("kind")
+        if isinstance(kind, str):
+            return kind
+        name = data.get("preset")
+    return None
+
+
+def presets_of_kind(kind: str) -> list[str]:
+    """The shipped presets whose parts are of ``kind`` (``dram``: memory/hbm2e, ...)."""
+    return [name for name in list_presets() if preset_kind(name) == kind]

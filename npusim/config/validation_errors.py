@@ -6,11 +6,12 @@ closest known key or ``kind:`` for a misspelling (:func:`format_validation_error
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any, Mapping, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from npusim.config.overrides import describe_input, format_path
+from npusim.config.overrides import describe_input, format_path, join_path
 from npusim.core.errors import ConfigError
 
 
@@ -61,6 +62,7 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
     path matches the YAML the user wrote.
     """
     problems = []
+    wrong_kinds: list[str] = []  # blocks holding a part of another kind
     for error in exc.errors(include_url=False):
         parts: list[Any] = []
         node = data
@@ -140,6 +142,11 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
                     inner = inner[name] if found else None
             if rest and found:
                 path, message = format_path([*parts, *keys]), rest
+        elif (kind == "literal_error" and parts and parts[-1] == "kind"
+              and isinstance(error.get("input"), str)):
+            block = format_path(parts[:-1])
+            message = _wrong_kind(error["input"], str(error.get("ctx", {}).get("expected")))
+            wrong_kinds.append(block)
         else:
             message = error["msg"].removeprefix("Value error, ")
             shown = error.get("input")
@@ -152,7 +159,71 @@ def format_validation_error(exc: ValidationError, data: Any, model: Any) -> list
             if not said:  # the message does not quote the value already
                 message += f" (got {describe_input(shown)})"
         problems.append((path, message))
-    return problems
+    return _hide_kind_consequences(problems, wrong_kinds)
+
+
+def _wrong_kind(given: str, expected: str) -> str:
+    """The message for a block whose ``kind:`` is not the one its field holds: what the
+    given kind is, and the presets of the expected one (``expected`` is pydantic's
+    ``'dram'``, or ``'a', 'b' or 'c'``)."""
+    from npusim.config.presets import presets_of_kind
+
+    wanted = re.findall(r"'([^']*)'", expected) or [expected]
+    got_category = kind_category(given)
+    want_category = kind_category(wanted[0]) if len(wanted) == 1 else None
+    hint = ""
+    if got_category is None or want_category is None:
+        what = f"unexpected kind {given!r}"
+    elif got_category == want_category:
+        what = f"{given!r} is another {got_category} part"
+    else:  # most likely a preset of the wrong category: name the right ones
+        what = f"{given!r} is {a_part(got_category)}, not {a_part(want_category)}"
+        shipped = presets_of_kind(wanted[0])
+        hint = f", or a preset of that kind ({', '.join(shipped)})" if shipped else ""
+    return f"{what}; expected kind: {' or '.join(wanted)}{hint}"
+
+
+def _hide_kind_consequences(problems: list[tuple[str, str]],
+                            wrong_kinds: list[str]) -> list[tuple[str, str]]:
+    """Drop the problems inside a block of the wrong kind (a link's keys unknown to a
+    DRAM, the DRAM's fields missing): they follow from the kind, and thirty of them
+    would bury the one line that says so; the kind's line counts them."""
+    def owner(path: str) -> str | None:
+        """The wrong-kind block ``path`` lies inside (its kind line excluded)."""
+        return next((block for block in wrong_kinds
+                     if path != join_path(block, "kind")
+                     and (not block or path.startswith((f"{block}.", f"{block}[")))), None)
+
+    hidden: dict[str, int] = {}
+    kept = []
+    for path, message in problems:
+        block = owner(path)
+        if block is None:
+            kept.append((path, message))
+        else:
+            hidden[block] = hidden.get(block, 0) + 1
+    said = {join_path(block, "kind"): count for block, count in hidden.items()}
+    return [(path, f"{message}; the block's {said[path]} other "
+                   f"problem{'s' if said[path] > 1 else ''} follow from its kind and are "
+                   "not shown" if path in said else message) for path, message in kept]
+
+
+def kind_category(kind: Any) -> str | None:
+    """The registry category ``kind`` belongs to (``dram``: memory), or None."""
+    from npusim.core import registry
+
+    if not isinstance(kind, str):
+        return None
+    return next((category for category in registry.categories()
+                 if kind in registry.entries(category)), None)
+
+
+def a_part(category: str, noun: str = "part") -> str:
+    """``a memory part``, ``an interconnect part``, ``a device``: how a message names
+    what a kind of ``category`` is."""
+    if category == "device":
+        return "a device" if noun == "part" else f"a device {noun}"
+    return f"{'an' if category[:1] in 'aeiou' else 'a'} {category} {noun}"
 
 
 def _kinds_with_field(config: type[BaseModel], key: str) -> tuple[str, list[str]] | None:

@@ -223,7 +223,9 @@ def test_a_key_given_twice_or_a_binary_file_is_a_config_error(tmp_path):
     for text, expected in (("{kind: gemm, 1: a, true: b}", "keys 1 and true are one key "
                                                            "once read"),
                            ("{0: 1, false: 4}", "keys 0 and false are one key once read"),
-                           ("{0: 1, 1: 4, 1.0: 9}", "key 1.0 appears twice")):
+                           ("{0: 1, 1: 4, 1.0: 9}", "key 1.0 appears twice"),
+                           ("{null: a, ~: b}", "key null appears twice"),  # not None
+                           ("{yes: a, yes: b}", "key 'yes' appears twice")):
         numbered.write_text(f"name: x\nworkload: {text}\n")
         with pytest.raises(ConfigError, match=expected):
             loader.load_raw(numbered)
@@ -446,6 +448,95 @@ def test_a_preset_of_another_category_or_a_scenario_as_hw_is_one_problem(tmp_pat
     assert info.value.problems == [("", "this is a scenario (it has hw:, workload:), not a "
                                         "hardware file; --hw expects what a scenario's hw: "
                                         "holds (kind: npu, ... or preset: npu/NAME)")]
+
+
+def test_the_kept_keys_note_leaves_out_what_a_later_override_sets(tmp_path):
+    # It said "keeps the chip's channels: 4" after --set hw.hbm.channels=2, and after
+    # its own advice --set 'hw.hbm={preset: ...}' (overrides apply after resolution).
+    import warnings
+
+    from npusim.core.errors import ConfigNote
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "s", "hw": {
+        "preset": "npu/large_core_64", "hbm": {"preset": "memory/lpddr5"}}}))
+
+    def notes(*overrides):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader.load_raw(scenario, overrides)
+        return [str(w.message) for w in caught if issubclass(w.category, ConfigNote)]
+
+    [note] = notes()
+    assert note.startswith("hw.hbm: preset memory/lpddr5 in place of the chip's memory/hbm2e "
+                           "keeps the chip's channels: 4 (chosen for memory/hbm2e)")
+    assert notes("hw.hbm.rows=1024") == [note]  # a key the chip did not set: still kept
+    assert notes("hw.hbm.channels=2") == []
+    assert notes("hw.hbm={preset: memory/lpddr5}") == []
+    assert notes("hw={preset: npu/large_core_64}") == []  # what holds the block, afresh
+    # of two kept keys, the one not set again is still said
+    (tmp_path / "chip.yaml").write_text("kind: npu\nhbm: {preset: memory/hbm2e, channels: 4, "
+                                        "rows: 1024}\n")
+    scenario.write_text(yaml.safe_dump({"name": "s", "hw": {
+        "preset": str(tmp_path / "chip.yaml"), "hbm": {"preset": "memory/lpddr5"}}}))
+    assert "keeps the chip's channels: 4, rows: 1024 (" in notes()[0]
+    [note] = notes("hw.hbm.channels=2")
+    assert "keeps the chip's rows: 1024 (chosen for memory/hbm2e)" in note
+
+
+@pytest.mark.parametrize("override, given, held", [
+    ("hw.hbm.preset=npu/large_core_64", "a device preset (kind: npu)", "a memory part (kind: dram)"),
+    ("hw.hbm.preset=links/pcie4_x16", "an interconnect preset (kind: link)",
+     "a memory part (kind: dram)"),
+    ("hw.noc.preset=memory/hbm2e", "a memory preset (kind: dram)",
+     "an interconnect part (kind: noc)"),
+])
+def test_a_blocks_preset_of_another_category_under_a_chip_preset_is_one_problem(
+        override, given, held):
+    # The chip's own preset for its HBM was reported as a cycle, a link's as 33 problems.
+    scenario = REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64.yaml"
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(scenario, [override])
+    [(path, message)] = info.value.problems
+    block, preset = override.removesuffix(".preset=" + override.split("=")[1]), \
+        override.split("=")[1]
+    assert path == f"{block}.preset"
+    assert message.startswith(f"{preset} is {given}, but {block} holds {held}; expected a "
+                              "preset of kind ")
+    if block == "hw.hbm":
+        assert "memory/hbm2e, memory/hbm3, memory/lpddr5" in message
+    else:
+        assert "(none is shipped: set hw.noc's fields instead)" in message
+
+
+def test_a_block_of_another_kind_is_one_problem_that_counts_the_rest(tmp_path):
+    # A spelled-out chip (no preset to swap into) with a link's preset for its HBM: the
+    # link's keys unknown to a DRAM and the DRAM's missing fields follow from the kind.
+    scenario = REPO_ROOT / "workloads/scenarios/qwen3_4b_npu64.yaml"
+    hw = loader.load_raw(scenario)["hw"]
+    for preset, kind, what in [("links/pcie4_x16", "link", "an interconnect part"),
+                               ("npu/small_core_256", "npu", "a device")]:
+        hw["hbm"] = {"preset": preset}
+        (tmp_path / "hw.yaml").write_text(yaml.safe_dump(hw))
+        with pytest.raises(ConfigError) as info:
+            loader.load_scenario(scenario, hw_file=tmp_path / "hw.yaml")
+        [(path, message)] = info.value.problems
+        assert path == "hbm.kind"
+        assert message.startswith(f"{kind!r} is {what}, not a memory part; expected kind: "
+                                  "dram, or a preset of that kind (memory/ddr4_3200, ")
+        assert re.search(r"; the block's \d\d other problems follow from its kind and are "
+                         r"not shown$", message), message
+    # a kind of the same category, or no registered kind, is said as such; problems
+    # outside the block stay
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(scenario, ["hw.noc.kind=link", "hw.hbm.kind=dramm",
+                                        "hw.core.sram.capacity_bytes=-1"])
+    problems = dict(info.value.problems)
+    assert problems["hw.noc.kind"].startswith("'link' is another interconnect part; "
+                                              "expected kind: noc (from the override")
+    assert problems["hw.hbm.kind"].startswith("unexpected kind 'dramm'; expected kind: dram "
+                                              "(from the override")
+    assert "hw.core.sram.capacity_bytes" in problems and len(problems) == 3
 
 
 def test_hw_may_name_a_shipped_preset(tmp_path, monkeypatch):
