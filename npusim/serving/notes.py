@@ -77,24 +77,32 @@ def _scheduler_notes(config, replicas) -> list[str]:
     notes = []
     for role in dict.fromkeys(replica.role for replica in replicas):
         scheduler = config.scheduler_for(role)
-        owner = ("workload.pd.decode_scheduler" if role == "decode"
-                 and config.pd.decode_scheduler else "workload.scheduler")
         fields = type(scheduler).model_fields
         changed = {name for name, info in fields.items()
                    if getattr(scheduler, name) != info.get_default(call_default_factory=True)}
         if scheduler.kind == "static":
             for field in _NOT_STATIC:
                 if field in changed:
-                    notes.append(f"{owner}.{field}: the static scheduler runs one batch at a "
-                                 "time through the whole pipeline: no effect")
+                    notes.append(f"{_owner(config, role, field)}.{field}: the static "
+                                 "scheduler runs one batch at a time through the whole "
+                                 "pipeline: no effect")
         elif (scheduler.kind == "chunked_prefill" and "max_batch_tokens" in changed
               and scheduler.prefill_chunk_units is None):
-            notes.append(f"{owner}.max_batch_tokens: {scheduler.max_batch_tokens:,}, but "
+            notes.append(f"{_owner(config, role, 'max_batch_tokens')}.max_batch_tokens: "
+                         f"{scheduler.max_batch_tokens:,}, but "
                          f"chunked_prefill caps an iteration at token_budget "
                          f"({scheduler.token_budget:,} tokens) and sizes the buffers by it: "
                          "no effect (it acts with prefill_chunk_units, which counts the "
                          "budget in chunk units)")
     return list(dict.fromkeys(notes))
+
+
+def _owner(config, role: str, field: str) -> str:
+    """Where ``field`` of ``role``'s scheduler was written: a decode pool's own
+    ``pd.decode_scheduler`` sets only the fields it names; the rest are the scheduler's."""
+    if role == "decode" and field in (config.pd.decode_scheduler or {}):
+        return "workload.pd.decode_scheduler"
+    return "workload.scheduler"
 
 
 #: Scheduler options that only act on a pipeline of several stages: (field, value that
@@ -112,10 +120,11 @@ def _pipeline_notes(config, replicas) -> list[str]:
     notes = []
     for field, value, roles, effect in _PIPELINE_OPTIONS:
         acting = [r for r in replicas if r.role in roles
-                  and getattr(config.scheduler_for(r.role), field, None) == value]
+                  and getattr(config.scheduler_for(r.role), field, None) == value
+                  and not (config.scheduler_for(r.role).kind == "static"
+                           and field in _NOT_STATIC)]  # (_scheduler_notes says why)
         if acting and all(len(r.groups) == 1 for r in acting):
-            owner = ("workload.pd.decode_scheduler"
-                     if field in (config.pd.decode_scheduler or {}) else "workload.scheduler")
+            owner = _owner(config, acting[0].role, field)
             notes.append(f"{owner}.{field}: {str(value).lower()} {effect}, and "
                          f"{'the replica has' if len(acting) == 1 else 'each replica has'} "
                          "one pipeline stage: no effect (a pool of C cores makes "

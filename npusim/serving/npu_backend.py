@@ -409,8 +409,8 @@ def _replica(device, config, model, role: str, index: int, groups: list[Group], 
         # activation buffers need hold only that many, not the prefill pool's chunks.
         if scheduler.decode_slots <= iteration_tokens:  # else the token budget binds
             iteration_tokens = scheduler.decode_slots
-            limit = ("max_batch_size" if scheduler.max_batch_size <= scheduler.max_batch_tokens
-                     else "max_batch_tokens")
+            limit = next(name for name in ("max_batch_size", "max_batch_tokens", "token_budget")
+                         if getattr(scheduler, name, None) == scheduler.decode_slots)
             owner = ("workload.pd.decode_scheduler" if limit in (config.pd.decode_scheduler or {})
                      else "workload.scheduler")
             setting = f"{owner}.{limit} (a decode pool's iteration: one token per request)"

@@ -93,6 +93,41 @@ def test_pipeline_options_on_one_stage_replicas_are_noted():
                                "decodes over the stages, and the replica has one")
 
 
+def test_a_decode_pools_note_names_the_field_where_it_was_written():
+    # max_batch_tokens written in workload.scheduler is inherited by the decode pool:
+    # its note names workload.scheduler, once, not the decode scheduler
+    found = notes(DISAGG, "workload.scheduler={kind: chunked_prefill, max_batch_size: 64, "
+                          "max_batch_tokens: 1024}",
+                  "workload.pd.decode_scheduler={max_batch_size: 32}")
+    assert len(found) == 1 and found[0].startswith("workload.scheduler.max_batch_tokens: 1,024")
+    # the static scheduler's option on a one-stage replica is said once, for the static
+    # scheduler (the one-stage note would be a second reason for the same field)
+    found = notes(FUSION, "workload.pd.tp=16", "workload.pd.dp=4",
+                  "workload.scheduler={kind: static, max_batch_size: 8, fill_pipeline: true}")
+    assert found == ["workload.scheduler.fill_pipeline: the static scheduler runs one batch "
+                     "at a time through the whole pipeline: no effect"]
+
+
+def test_chunked_prefill_decodes_at_most_the_budget_so_max_batch_tokens_above_it_is_inert():
+    # A decode takes a unit of the budget: the budget bounds an iteration's decodes and
+    # the backend's decode timing grid, whatever max_batch_tokens says above it.
+    from npusim.serving.schedulers.chunked_prefill import ChunkedPrefillConfig
+
+    config = ChunkedPrefillConfig(token_budget=48, prefill_chunk=48, max_batch_size=64)
+    assert config.decode_slots == 48
+    assert config.model_copy(update={"max_batch_tokens": 48}).decode_slots == 48
+    assert config.model_copy(update={"token_budget": 128, "prefill_chunk": 128,
+                                     "max_batch_size": 16}).decode_slots == 16
+    common = ["workload.scheduler.token_budget=48", "workload.scheduler.prefill_chunk=48",
+              "workload.trace.limit=12"]
+    noted = simulate(FUSION, overrides=[*FAST, *common,
+                                        "workload.scheduler.max_batch_tokens=48"]).metrics
+    plain = simulate(FUSION, overrides=[*FAST, *common]).metrics
+    assert noted["notes"][0].startswith("workload.scheduler.max_batch_tokens: 48, but")
+    assert {k: v for k, v in noted.items() if k != "notes"} == \
+        {k: v for k, v in plain.items() if k != "notes"}
+
+
 def test_disaggregation_names_its_own_router_field():
     assert "(pd.prefill_dp = 1)" in notes(DISAGG, "workload.router=least_outstanding")[0]
 

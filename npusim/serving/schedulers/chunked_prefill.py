@@ -55,6 +55,12 @@ class ChunkedPrefillConfig(PipelinedDecodeConfig):
             return self.max_batch_tokens
         return min(self.token_budget, self.max_batch_tokens)
 
+    @property
+    def decode_slots(self) -> int:
+        """A decode takes one unit of the budget as well as one token, so the budget
+        bounds an iteration's decodes too (the backend's decode timing grid ends there)."""
+        return min(self.max_batch_size, self.max_batch_tokens, self.token_budget)
+
     @model_validator(mode="after")
     def _pipelined_chunks_keep_kv(self) -> "ChunkedPrefillConfig":
         if self.pipeline_chunks and self.chunk_kv == "recompute":
@@ -89,8 +95,8 @@ class ChunkedPrefillScheduler(OrderedScheduler):
         tokens = cfg.iteration_tokens  # what the activation buffers hold
         # Budget units: one per token, or per decode plus prefill_chunk_units per chunk.
         units = cfg.token_budget if cfg.prefill_chunk_units else tokens
-        entries = decodes(self.service_order(view.running),
-                          min(cfg.max_batch_size, units, tokens), view, self.lanes)
+        entries = decodes(self.service_order(view.running), cfg.decode_slots, view,
+                          self.lanes)
         units -= len(entries)
         tokens -= len(entries)
         slots = cfg.max_batch_size - len(entries)
