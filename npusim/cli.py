@@ -265,14 +265,17 @@ def _list_everything(out) -> None:
 def _device_preset_table(presets: list[str]):
     """The device presets' headline figures (cores, peak FLOP/s, memory per level), from
     the devices they build; a preset that does not build shows its first problem."""
+    import warnings
+
     from rich.table import Table
     from rich.text import Text
 
     from npusim.api import build_device
     from npusim.config.loader import resolve_presets
-    from npusim.config.presets import load_preset
+    from npusim.config.presets import preset_kind
     from npusim.config.validation_errors import validate
     from npusim.core import registry
+    from npusim.core.errors import ConfigNote
     from npusim.core.units import format_bytes
     from npusim.hw.facts import device_facts
 
@@ -281,10 +284,12 @@ def _device_preset_table(presets: list[str]):
     for column in ("preset", "cores", "peak TFLOP/s", "SRAM", "SRAM TB/s", "HBM", "HBM TB/s"):
         table.add_column(column, justify="left" if column == "preset" else "right")
     for name in presets:
-        written = None  # the kind the file itself names, if it loads
+        # the kind the file names, or the preset it builds on, if it loads
+        written = preset_kind(name)
         try:
-            written = load_preset(name).get("kind")
-            resolved = resolve_presets({"preset": name}, f"preset {name}")
+            with warnings.catch_warnings():  # a swapped block's note is the run's to say
+                warnings.simplefilter("ignore", ConfigNote)
+                resolved = resolve_presets({"preset": name}, f"preset {name}", "hw")
             kind = resolved.get("kind")  # (a preset naming another gets its kind there)
             if not isinstance(kind, str) or kind not in devices:
                 continue

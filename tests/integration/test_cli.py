@@ -335,8 +335,13 @@ def test_list_gives_each_device_presets_headline_figures(tmp_path, monkeypatch, 
     # rich markup in a problem is text; a part's preset that does not load is no device
     (tmp_path / "npu" / "markup.yaml").write_text('kind: npu\nname: m\nnoc: "[/x]"\n')
     (tmp_path / "memory" / "bad.yaml").write_text("kind: dram\nchannels: [1\n")
+    # one that builds on another and does not build is said too (it was left out)
+    (tmp_path / "npu" / "chained.yaml").write_text("preset: npu/fine\n"
+                                                    "core: {sram: {capacity_bytes: -5}}\n")
     monkeypatch.setenv("NPUSIM_HWCONFIGS", str(tmp_path))
     rows = _device_rows()
+    assert rows["npu/chained"][0] == ("does not build: core.sram.capacity_bytes: expected a "
+                                      "non-negative size, got -5")
     assert rows["npu/broken"][0] == "does not build: core: required field is missing"
     assert rows["npu/markup"][0].startswith("does not build: ") and "memory/bad" not in rows
     assert rows["npu/fine"][:2] == ["64", "1,049"] and "memory/hbm2e" not in rows
