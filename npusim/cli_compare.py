@@ -120,11 +120,14 @@ def _print_sweeps(table, sweeps: int) -> None:
     for column in table.columns[sweeps:]:
         out.add_column(str(column).replace(" change %", " vs " + str(names[0])),
                        justify="right", overflow="fold")
+    # each parameter's values in its unit, raw where rounding would merge two of them
+    labels = [_shown(str(param), [index[i + 1] for index in table.index])
+              for i, param in enumerate(matched)]
     previous = None
-    for index, row in zip(table.index, table.itertuples(index=False)):
-        metric, point = (index[0], index[1:]) if matched else (index, ())
+    for number, (index, row) in enumerate(zip(table.index, table.itertuples(index=False))):
+        metric = index[0] if matched else index
         cells = [str(metric) if metric != previous else "",
-                 *(_setting(param, value) for param, value in zip(matched, point)),
+                 *(shown[number] for shown in labels),
                  *(_value(value, str(metric)) for value in row[:sweeps]),
                  *(_percent(value) for value in row[sweeps:])]
         out.add_row(*cells, end_section=False)
@@ -146,11 +149,15 @@ def _settings_table(settings):
     # (rows as given: a row of a DataFrame would turn a None among numbers into nan)
     for path, values in settings.to_dict("index").items():
         raw = [values[column] for column in settings.columns]
-        shown = [_setting(str(path), value) for value in raw]
-        if len(set(shown)) < len(set(map(str, raw))):  # rounding hid a difference
-            shown = [str(value) for value in raw]
-        table.add_row(str(path), *shown)
+        table.add_row(str(path), *_shown(str(path), raw))
     return table
+
+
+def _shown(path: str, values: list) -> list[str]:
+    """``values`` (of setting ``path``) as :func:`_setting` writes them, or raw where
+    the rounding of the unit would show two different ones as one."""
+    shown, raw = [_setting(path, value) for value in values], [str(value) for value in values]
+    return raw if len(set(shown)) < len(set(raw)) else shown
 
 
 def _setting(path: str, value) -> str:

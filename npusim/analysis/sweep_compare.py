@@ -39,15 +39,23 @@ def _frame(sweep: Any) -> tuple["pd.DataFrame", str | None]:
 
     from npusim.analysis.sweep_results import load_sweep
 
-    if isinstance(sweep, pd.DataFrame):
-        frame = sweep
-        if "status" in frame.columns:
-            frame = frame[frame["status"] == "ok"]
-        return frame, frame.attrs.get("sweep_dir")
     if isinstance(sweep, (str, Path)):
-        return load_sweep(sweep, status="ok"), str(sweep)
-    raise AnalysisError(f"expected a sweep directory (npusim sweep --out DIR) or a frame "
-                        f"from load_sweep, got {type(sweep).__name__}")
+        sweep, where = load_sweep(sweep), str(sweep)
+    elif isinstance(sweep, pd.DataFrame):
+        where = sweep.attrs.get("sweep_dir")
+    else:
+        raise AnalysisError(f"expected a sweep directory (npusim sweep --out DIR) or a frame "
+                            f"from load_sweep, got {type(sweep).__name__}")
+    if "status" not in sweep.columns:
+        return sweep, where
+    ran = sweep[sweep["status"] == "ok"]
+    if ran.empty:  # a comparison of nothing would look like sweeps that share no point
+        counts = sweep["status"].value_counts()
+        held = ", ".join(f"{counts[s]} {s}" for s in ("skipped", "failed") if s in counts)
+        raise AnalysisError(f"sweep {where or '(a frame)'} has no point that ran "
+                            f"({held or 'no points'}); expected sweeps with points to "
+                            "compare (its errors and skip reasons are in its results)")
+    return ran, where
 
 
 def _params(frame: "pd.DataFrame") -> list[str]:

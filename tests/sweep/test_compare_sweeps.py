@@ -121,3 +121,31 @@ def test_a_capacity_sweep_defaults_to_its_answer_and_no_shared_point_is_said(swe
     with pytest.raises(analysis.AnalysisError, match=r"1 given for 2 sweeps; expected one "
                                                      r"per sweep"):
         analysis.compare_sweeps(base, slow, names=["a"])
+
+
+def test_a_sweep_where_no_point_ran_is_refused_with_its_counts(sweeps, tmp_path, capsys):
+    # it looked like two sweeps sharing no point (exit 0, a table of dashes)
+    base, _, _ = sweeps
+    body = {"base": QUICKSTART, "set": {"run.mode": "analytic"},
+            "axes": {"workload.m": [64, 128]},
+            "constraints": [{"require": "${workload.m} > 100000"}]}
+    run_sweep(spec_from_dict(body, source="none.yaml"), tmp_path / "none", executor="serial")
+    with pytest.raises(analysis.AnalysisError,
+                       match=r"sweep .*none has no point that ran \(2 skipped\)"):
+        analysis.compare_sweeps(base, tmp_path / "none")
+    code, _, err = cli(["compare", base, tmp_path / "none"], capsys)
+    assert code != 0 and "has no point that ran (2 skipped)" in err
+
+
+def test_parameter_values_that_round_alike_are_shown_raw(tmp_path, capsys):
+    # 16 GB/s and 16.001 GB/s were two rows both labelled "16 GB/s"
+    axes = {"hw.noc.link_bandwidth_bps": ["16GB/s", "16.001GB/s"]}
+    one, two = _sweep(tmp_path, "one", axes), _sweep(tmp_path, "two", axes, **{"workload.m": 128})
+    code, out, _ = cli(["compare", one, two, "-m", "latency_ps"], capsys)
+    assert code == 0 and "16000000000" in out and "16001000000" in out
+    assert "16 GB/s" not in out
+    axes = {"hw.noc.link_bandwidth_bps": ["16GB/s", "32GB/s"]}
+    code, out, _ = cli(["compare", _sweep(tmp_path, "three", axes),
+                        _sweep(tmp_path, "four", axes, **{"workload.m": 128}),
+                        "-m", "latency_ps"], capsys)
+    assert "16 GB/s" in out and "32 GB/s" in out
