@@ -121,7 +121,7 @@ def summary_table(result) -> None:
             table.add_row("energy per output token", joules(energy["energy_per_token_j"]))
     area = metrics.get("area_mm2") or {}
     if area.get("total"):
-        table.add_row("chip area (area model)", f"{area['total']:,.0f} mm²")
+        table.add_row("chip area (area model)", square_millimetres(area["total"]))
     if metrics.get("operand_stall_ps"):
         table.add_row("operand stalls (shared SRAM port)",
                       f"{format_time_ps(metrics['operand_stall_ps'])} "
@@ -179,6 +179,12 @@ def joules(value: float) -> str:
         if float(f"{abs(value) / scale:.3g}") >= 1:
             return f"{value / scale:.3g} {unit}"
     return f"{value / 1e-6:.3g} uJ"
+
+
+def square_millimetres(value: float) -> str:
+    """An area in whole mm², or to three digits below 10 mm² (a one-core test chip
+    would otherwise be 0 mm²)."""
+    return f"{value:,.0f} mm²" if value >= 10 else f"{value:.3g} mm²"
 
 
 def milliseconds(values: list[float]) -> str:

@@ -44,6 +44,8 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 def _preset_identity(name: str) -> str:
     """The file a preset name stands for (resolved): a cycle however it is spelt."""
+    if not isinstance(name, str):
+        return repr(name)  # (reported where it is resolved)
     try:
         found = locate(name) if is_preset_file(name) else hwconfig_root() / f"{name}.yaml"
         return str(found.resolve())
@@ -134,7 +136,8 @@ def _swap_presets(base: dict, data: dict, path: str, source: str) -> dict:
                 _check_same_category(target, value["preset"], join_path(path, key), source)
             if isinstance(target, Mapping) and ("preset" in target or "preset" in base):
                 kept = [k for k in target if k != "preset" and k not in value]
-                if kept and "preset" in target and target["preset"] != value["preset"]:
+                if kept and "preset" in target and _preset_identity(target["preset"]) \
+                        != _preset_identity(value["preset"]):  # (a file spelt two ways)
                     _note_kept(join_path(path, key), target, value["preset"], kept)
                 base[key] = deep_merge(target, value)
             else:

@@ -130,6 +130,13 @@ def test_energy_prints_in_a_unit_where_it_is_at_least_one():
         "74.8 mJ" and joules(5e-7) == "0.5 uJ" and joules(1.5e6) == "1.5 MJ"
 
 
+def test_area_prints_whole_mm2_or_three_digits_below_ten():
+    from npusim.cli_summary import square_millimetres
+
+    assert square_millimetres(1234.6) == "1,235 mm²" and square_millimetres(10) == "10 mm²"
+    assert square_millimetres(0.4321) == "0.432 mm²"  # was "0 mm²"
+
+
 def test_dry_run_prints_what_config_resolved_yaml_will_hold_and_writes_nothing(tmp_path,
                                                                                capsys):
     args = ["run", str(QUICKSTART), "--mode", "analytic", "--set", "workload.m=512"]

@@ -482,6 +482,12 @@ def test_the_kept_keys_note_leaves_out_what_a_later_override_sets(tmp_path):
     assert "keeps the chip's channels: 4, rows: 1024 (" in notes()[0]
     [note] = notes("hw.hbm.channels=2")
     assert "keeps the chip's rows: 1024 (chosen for memory/hbm2e)" in note
+    # the chip's own memory file named again by another spelling is no swap to note
+    (tmp_path / "mem.yaml").write_text("preset: memory/hbm2e\n")
+    (tmp_path / "chip.yaml").write_text("kind: npu\nhbm: {preset: mem.yaml, channels: 4}\n")
+    scenario.write_text(yaml.safe_dump({"name": "s", "hw": {
+        "preset": str(tmp_path / "chip.yaml"), "hbm": {"preset": f"{tmp_path}/./mem.yaml"}}}))
+    assert notes() == []
 
 
 @pytest.mark.parametrize("override, given, held", [
