@@ -170,47 +170,41 @@ def _check_same_category(target: Mapping, preset: str, where: str, source: str) 
         f"{a_part(wanted)} (kind: {held}); expected a preset of kind {held}{listing}"))])
 
 
-def _note_kept(where: str, target: Mapping, preset: str, kept: list[str]) -> None:
-    """Say which of the chip's keys a swapped block keeps: they were chosen for the
-    chip's own preset (a clock, timings) and may not suit the new one.  The note holds
-    what it names (``block``, ``kept``), so that keys an override then sets are
-    dropped from it (:func:`_without_overridden`)."""
-    import warnings
+class KeptKeysNote(ConfigNote):
+    """A swapped block keeps the chip's other keys for it: they were chosen for the
+    chip's own preset (a clock, timings) and may not suit the new one.  The note knows
+    the keys it names, so that those a later override sets are left out of it
+    (:meth:`without`)."""
 
-    note = ConfigNote(_kept_message(where, target, preset, kept))
-    note.block, note.kept, note.redo = where, kept, (target, preset)
-    warnings.warn(note, stacklevel=2)
-
-
-def _kept_message(where: str, target: Mapping, preset: str, kept: list[str]) -> str:
-    shown = ", ".join(f"{k}: {target[k]}" if not isinstance(target[k], (Mapping, list))
-                      else k for k in kept)
-    return (f"{where}: preset {preset} in place of the chip's {target['preset']} keeps the "
+    def __init__(self, where: str, target: Mapping, preset: str, kept: list[str]):
+        self.where, self.target, self.preset, self.kept = where, target, preset, kept
+        shown = ", ".join(f"{k}: {target[k]}" if not isinstance(target[k], (Mapping, list))
+                          else k for k in kept)
+        super().__init__(
+            f"{where}: preset {preset} in place of the chip's {target['preset']} keeps the "
             f"chip's {shown} (chosen for {target['preset']}); to drop them, replace the "
             f"block whole: --set '{where}={{preset: {preset}}}'")
 
+    def __reduce__(self):  # (pickled as built: the message alone is not its arguments)
+        return KeptKeysNote, (self.where, self.target, self.preset, self.kept)
 
-def _without_overridden(note: Warning, paths: list[str]) -> Warning | None:
-    """``note`` less the kept keys that a later ``--set`` (or a sweep's value) sets
-    (``paths``), which then keep nothing of the chip's; None if none is left."""
-    kept = getattr(note, "kept", None)
-    if kept is None:
-        return note
-    block = note.block  # type: ignore[attr-defined]
-    if any(block == path or block.startswith(f"{path}.") for path in paths):
-        return None  # the whole block (or what holds it) is set afresh
-    left = [key for key in kept
-            if not any(path == join_path(block, key) or path.startswith(join_path(block, key)
-                                                                         + ".")
-                       for path in paths)]
-    if left == kept:
-        return note
-    if not left:
-        return None
-    target, preset = note.redo  # type: ignore[attr-defined]
-    again = ConfigNote(_kept_message(block, target, preset, left))
-    again.block, again.kept, again.redo = block, left, note.redo
-    return again
+    def without(self, paths: list[str]) -> "KeptKeysNote | None":
+        """This note less the keys ``paths`` (later ``--set`` overrides, a sweep's
+        values) set again; None if none is left, or the block itself is set afresh."""
+        if any(self.where == path or self.where.startswith(f"{path}.") for path in paths):
+            return None
+        left = [key for key in self.kept if not any(
+            path == join_path(self.where, key) or path.startswith(join_path(self.where, key)
+                                                                  + ".") for path in paths)]
+        if left == self.kept:
+            return self
+        return KeptKeysNote(self.where, self.target, self.preset, left) if left else None
+
+
+def _note_kept(where: str, target: Mapping, preset: str, kept: list[str]) -> None:
+    import warnings
+
+    warnings.warn(KeptKeysNote(where, target, preset, kept), stacklevel=2)
 
 
 def _loads(name: Any) -> bool:
@@ -342,7 +336,9 @@ def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -
         apply_override(data, parts, value, text)
     later = [format_path(parts) for _, parts, _ in parsed if parts and parts[-1] != "preset"]
     for record in caught:
-        note = _without_overridden(record.message, later)
+        note = record.message
+        if isinstance(note, KeptKeysNote):
+            note = note.without(later)
         if note is not None:
             # (this module's registry, as warnings.warn used: a note said once per text)
             warnings.warn_explicit(note, record.category, record.filename, record.lineno,
