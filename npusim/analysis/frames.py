@@ -358,7 +358,8 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
     """Latency samples for a CDF and the column they came from.
 
     A Result (or run) with a per-request table uses its latency column (``gap_ps``: every
-    gap between two tokens of a request, the inter-token latency); otherwise
+    gap between two tokens of a request, the inter-token latency) over the requests that
+    were not rejected, as the ``*_ms_*`` summaries do; otherwise
     ``column`` of a DataFrame (JSON lists in it are expanded, one sample per element);
     otherwise the ``duration_ps`` of every task in the ops table.
     """
@@ -368,6 +369,8 @@ def latency_samples(source: Any, column: str | None = None) -> tuple["pd.Series"
     if requests is not None and len(requests.columns) == 0:  # a Result with no requests
         return pd.Series(dtype=float), column or "e2e_ps"
     if requests is not None:  # even when empty: its samples, not the ops table's
+        if "status" in requests:  # the summaries' samples: a request rejected after its
+            requests = requests[requests["status"] != "rejected"]  # first token is none
         names = ("e2e_ps", "e2e_latency_ps", "latency_ps")
         if column is None and not set(names) & set(requests) \
                 and {"arrival_ps", "finish_ps"} <= set(requests):

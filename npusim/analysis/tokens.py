@@ -24,8 +24,9 @@ def token_table(source: Any) -> "pd.DataFrame":
     Columns: ``request_id``, ``token`` (0 for the first), ``time_ps`` (when it was
     produced), ``gap_ps`` (since the request's previous token; for the first token, since
     the request arrived: its TTFT) and ``first`` (True for the first token, so
-    ``tokens[~tokens.first]`` are the inter-token gaps alone).  Rejected requests have
-    no rows."""
+    ``tokens[~tokens.first]`` are the inter-token gaps alone, whose percentiles are the
+    ``tbt_ms_*`` summaries).  Rejected requests have no rows, even one rejected after
+    some tokens (preempted, then too long to prefill again)."""
     import numpy as np
     import pandas as pd
 
@@ -36,6 +37,8 @@ def token_table(source: Any) -> "pd.DataFrame":
                             "workload) or its Result")
     require_columns(requests, ("request_id", "arrival_ps", "token_times_ps"),
                     "per-request table")
+    if "status" in requests:  # one rejected after some tokens (preempted, then too long
+        requests = requests[requests["status"] != "rejected"]  # to prefill again) too
     ids, tokens, times, gaps = [], [], [], []
     for request_id, arrival_ps, text in zip(requests["request_id"], requests["arrival_ps"],
                                             requests["token_times_ps"]):

@@ -25,7 +25,7 @@ from npusim.core.errors import MappingError
 from npusim.serving.admission import KvAdmission
 from npusim.serving.iterations import IterationLog
 from npusim.serving.kv_cache import KvPool
-from npusim.serving.metrics import run_info, summarise
+from npusim.serving.metrics import run_info, summarise, window_start_ps
 from npusim.serving.notes import settings_notes
 from npusim.serving.npu_backend import Replica, build_replicas, kv_swap_graph, kv_transfer_graph
 from npusim.serving.state import Entry, Refusal, RequestState, SchedulerView
@@ -452,8 +452,9 @@ class ServingDriver(KvAdmission):
                         "notes": self.notes})
         info = run_info(self, pools)
         # The run's latency is the serving window, as the rates use: from the first
-        # arrival (a trace need not start at 0) to the end of the last work.
-        first_ps = min((s.request.arrival_ps for s in states), default=0)
+        # arrival of a servable request (a trace need not start at 0) to the end of the
+        # last work.
+        first_ps = window_start_ps(states)
         return DriveOutcome(max(0, last_ps - first_ps), len(session.segment_rows), info, metrics,
                             {"requests": rows, "iterations": log.columns()})
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from npusim.core.units import MS_PER_PS, PS_PER_S
 from npusim.hw.area import device_area_mm2
-from npusim.serving.state import RequestState
+from npusim.serving.state import NEVER_SERVABLE_KINDS, RequestState
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -95,14 +95,26 @@ def _rate_share(totals: dict[str, dict[str, int]], device, parts: list[str],
     return done / (peak * window_ps / PS_PER_S)
 
 
+def window_start_ps(states: list[RequestState]) -> int:
+    """Where the serving window starts: the first arrival of a request the replicas
+    could serve.  One refused on arrival (NEVER_SERVABLE_KINDS: too long a prompt, KV
+    that fits no replica) takes no time of theirs, so it does not start the window, as
+    one refused on a late arrival does not end it; with every request refused, the
+    first arrival."""
+    served = [s.request.arrival_ps for s in states
+              if s.rejected_kind not in NEVER_SERVABLE_KINDS]
+    return min(served or [s.request.arrival_ps for s in states], default=0)
+
+
 def summarise(states: list[RequestState], driver, session, makespan_ps: int
               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(rows, metrics)`` for a finished serving run.
 
     Rates (tokens/s, requests/s, goodput) and utilisation are per second of the serving
-    window, from the first arrival to ``makespan_ps`` (the end of the last work: an
-    iteration, a KV transfer or a swap), so neither the idle time before a trace that starts
-    late nor a request rejected on a late arrival dilutes them.  SLO attainment is
+    window, from the first arrival of a servable request (:func:`window_start_ps`) to
+    ``makespan_ps`` (the end of the last work: an iteration, a KV transfer or a swap), so
+    neither the idle time before a trace that starts late nor a request rejected on
+    arrival, early or late, dilutes them.  SLO attainment is
     the share of *all* requests that finished within both thresholds: a rejected request
     misses the SLO."""
     rows = request_rows(states)
@@ -111,7 +123,7 @@ def summarise(states: list[RequestState], driver, session, makespan_ps: int
     ttft = [(s.first_token_ps - s.request.arrival_ps) * ms for s in done]
     e2e = [(s.finish_ps - s.request.arrival_ps) * ms for s in done]
     tbt = [float(g) * ms for s in done for g in np.diff(s.token_times_ps)]
-    start_ps = min((s.request.arrival_ps for s in states), default=0)
+    start_ps = window_start_ps(states)
     window_ps = max(0, makespan_ps - start_ps)
     seconds = window_ps / PS_PER_S
     tokens = sum(s.generated for s in done)

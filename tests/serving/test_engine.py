@@ -432,15 +432,19 @@ def test_a_request_past_the_models_context_window_is_rejected_with_a_reason(tmp_
 
 
 def test_the_serving_window_runs_from_the_first_arrival_to_the_last_work(tmp_path):
-    # The same requests 5 s later, and with a request rejected on a late arrival, measure
+    # The same requests 5 s later, and with a request rejected on a late or an early
+    # arrival, measure
     # the same window: latency, rates, utilisation and energy per token were diluted by
     # the idle 5 s before the trace (measured from t = 0) and by the rejected arrival
     # (the window ran to the last event of any kind).
     rows = [("r0", 0, 120, 6), ("r1", 10**9, 80, 4), ("r2", 3 * 10**9, 60, 5)]
     late = [(rid, t + 5 * 10**12, p, o) for rid, t, p, o in rows]
     rejected = rows + [("r3", 10**13, 50000, 4)]  # past qwen3_1_7b's context window
+    # and refused on an early arrival: it started the window 5 s before the served ones
+    early = [("r9", 0, 50000, 4)] + late
     metrics = []
-    for name, table in (("base", rows), ("late", late), ("rejected", rejected)):
+    for name, table in (("base", rows), ("late", late), ("rejected", rejected),
+                        ("early", early)):
         trace = tmp_path / f"{name}.csv"
         trace.write_text("id,arrival_ps,prompt_tokens,output_tokens\n" + "".join(
             f"{rid},{t},{p},{o}\n" for rid, t, p, o in table))
@@ -454,7 +458,8 @@ def test_the_serving_window_runs_from_the_first_arrival_to_the_last_work(tmp_pat
                     "unit_utilisation"):
             assert other[key] == base[key], key
         assert other["energy"]["energy_per_token_j"] == base["energy"]["energy_per_token_j"]
-    assert metrics[2]["requests_rejected"] == 1
+    assert metrics[2]["requests_rejected"] == 1 == metrics[3]["requests_rejected"]
+    assert metrics[3]["goodput_requests_per_s"] == base["goodput_requests_per_s"]
 
 
 @pytest.mark.parametrize("text, ms", [("200ms", 200.0), ("1.5s", 1500.0), ("250", 250.0)])

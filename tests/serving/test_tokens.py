@@ -43,6 +43,24 @@ def test_rejected_requests_have_no_token_rows_and_a_non_serving_run_is_an_error(
         analysis.token_table(npusim.simulate(REPO_ROOT / "workloads/scenarios/quickstart.yaml"))
 
 
+def test_a_request_rejected_after_some_tokens_is_not_sampled():
+    # Preempted, then too long to prefill again (recompute_blocked): its tokens stay in
+    # requests.csv, but the tbt_ms_* / ttft_ms_* summaries leave it out, and so must the
+    # token table and the CDF samples that say they are those summaries' samples.
+    import pandas as pd
+
+    requests = pd.DataFrame({
+        "request_id": ["kept", "dropped"], "arrival_ps": [0, 0], "finish_ps": [30, None],
+        "status": ["finished", "rejected"], "ttft_ps": [10, 5],
+        "token_times_ps": ["10 20 30", "5 6"]})
+    tokens = analysis.token_table(requests)
+    assert tokens["request_id"].tolist() == ["kept"] * 3
+    samples, name = analysis.latency_samples(requests, "ttft_ps")
+    assert name == "ttft_ps" and samples.tolist() == [10]
+    gaps, _ = analysis.latency_samples(requests, "gap_ps")
+    assert gaps.tolist() == [10, 10]
+
+
 def test_one_token_requests_read_back_from_a_run_directory(tmp_path):
     # a requests.csv whose token_times_ps are all single numbers reads as an int column
     result = npusim.simulate(SCENARIOS / "qwen3_4b_npu64_pd_fusion.yaml",
