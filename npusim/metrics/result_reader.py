@@ -33,11 +33,8 @@ def read_result(out_dir: str | Path) -> "Result":
 
     root = Path(out_dir)
     metrics, config = read_metrics_and_config(root, _REQUIRED)
-    try:
-        host_file = root / "host.json"
-        host = json.loads(host_file.read_text()) if host_file.is_file() else {}
-    except (OSError, ValueError) as exc:
-        raise OutputError(f"{root}: cannot read the run back ({exc})") from None
+    host_file = root / "host.json"
+    host = _read_mapping(host_file, json.loads) if host_file.is_file() else {}
     try:
         # (a column missing from a hand-edited file: an error naming it, not a KeyError)
         ops = read_table(root / "ops.csv", "ops table", "task", required=OP_COLUMNS)
@@ -78,15 +75,36 @@ def read_metrics_and_config(out_dir: str | Path,
     if missing:
         raise OutputError(f"{root}: no {', '.join(missing)}; expected a run directory "
                           "(npusim run --out DIR writes them)")
-    try:
-        metrics = json.loads((root / "metrics.json").read_text())
-        config = yaml.safe_load((root / "config.resolved.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise OutputError(f"{root}: cannot read the run back ({exc})") from None
-    if not isinstance(metrics, dict) or not isinstance(config, dict):
-        raise OutputError(f"{root}: metrics.json and config.resolved.yaml must each hold a "
-                          "mapping")
+    metrics = _read_mapping(root / "metrics.json", json.loads)
+    config = _read_mapping(root / "config.resolved.yaml", yaml.safe_load)
     return metrics, config
+
+
+def _read_mapping(path: Path, parse) -> dict[str, Any]:
+    """The mapping the run file ``path`` holds (JSON or YAML, read by ``parse``), or an
+    :class:`OutputError` naming that file, where it broke and what was expected."""
+    import yaml
+
+    expected = f"expected the {path.name} that npusim run writes (rerun to write it again)"
+    try:
+        data = parse(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise OutputError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start}); {expected}") from None
+    except json.JSONDecodeError as exc:
+        raise OutputError(f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON "
+                          f"({exc.msg}); {expected}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or "not readable"
+        raise OutputError(f"{path}: {where}invalid YAML ({problem}); {expected}") from None
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"{path}: cannot read it ({exc}); {expected}") from None
+    if not isinstance(data, dict):
+        raise OutputError(f"{path}: holds {type(data).__name__ if data is not None else 'nothing'}"
+                          f", not a mapping; {expected}")
+    return data
 
 
 def _plain(values: "pd.Series") -> list:

@@ -98,6 +98,24 @@ def test_reading_a_directory_that_holds_no_run_names_what_is_missing(tmp_path):
     (tmp_path / "run" / "segments.csv").write_text("segment,label\n0,x\n")
     with pytest.raises(OutputError, match=r"segments.csv: no column 'start_ps'"):
         Result.read(tmp_path / "run")
+    # a damaged metrics.json, config.resolved.yaml or host.json is named, with where it
+    # broke (it was "RUN: cannot read the run back (Expecting value ...)")
+    run = tmp_path / "run"
+    metrics = (run / "metrics.json").read_text()
+    for name, text, message in (
+            ("metrics.json", '{"latency_ps": \n', r"metrics.json: line 2, column 1: invalid "
+                                                   r"JSON \(Expecting value\); expected the "
+                                                   r"metrics.json that npusim run writes"),
+            ("metrics.json", "[1, 2]", r"metrics.json: holds list, not a mapping"),
+            ("config.resolved.yaml", "x: [\n", r"config.resolved.yaml: line 2, column 1: "
+                                               r"invalid YAML"),
+            ("host.json", b"\xff{}", r"host.json: not UTF-8 text \(byte 0xff at offset 0\)")):
+        original = (run / name).read_bytes()
+        (run / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(OutputError, match=message):
+            Result.read(run)
+        (run / name).write_bytes(original)
+    assert (run / "metrics.json").read_text() == metrics
 
 
 def test_an_untraced_runs_empty_ops_table_has_the_traced_dtypes():
