@@ -238,7 +238,41 @@ def spec_from_dict(data: Any, source: str = "<sweep>", root: str | Path | None =
     ``root`` (default: the working directory), then the ``workloads/`` folder.
     ``extra_set`` (``path=value`` texts) are appended to its ``set:``, as
     :func:`load_spec` does."""
-    data = _with_extra_set(data, extra_set)
+    try:
+        return _spec_from_dict(_with_extra_set(data, extra_set), source, root, default_name)
+    except ConfigError as exc:
+        raise _blame_command_line(exc, data, extra_set) from None
+
+
+def _blame_command_line(exc: ConfigError, data: Any,
+                        extra_set: list[str] | tuple[str, ...]) -> ConfigError:
+    """``exc`` with a problem of a ``set.PATH`` entry that ``npusim sweep --set`` (or
+    ``run_sweep``'s ``overrides``) gave, the last to set PATH, at ``PATH`` and marked as
+    from that override: the spec file holds no such entry."""
+    from npusim.config.overrides import OVERRIDE_NOTE
+    from npusim.sweep.spec_paths import set_path
+
+    given = data.get("set") if isinstance(data, Mapping) else None
+    if not extra_set or not (given is None or isinstance(given, (list, Mapping))):
+        return exc
+    written = {str(p) for p in given} if isinstance(given, Mapping) else \
+        {set_path(t) for t in given or [] if isinstance(t, str)}
+    command_line = {set_path(text): text for text in extra_set}
+    problems = []
+    for path, message in exc.problems:
+        entry = path[len("set."):].split(" (", 1)[0] if path.startswith("set.") else None
+        if entry in command_line:  # (the command line's is the last of that path)
+            inner = path.split(" (", 1)[1].rstrip(")") if " (" in path else entry
+            text = command_line[entry]
+            path, message = inner, message + (
+                f" (from the override {text}, which replaces the spec's set: {entry})"
+                if entry in written else OVERRIDE_NOTE.format(text))
+        problems.append((path, message))
+    return ConfigError(exc.source, problems)
+
+
+def _spec_from_dict(data: Any, source: str, root: str | Path | None,
+                    default_name: str) -> SweepSpec:
     problems: list[tuple[str, str]] = []
 
     def bad(where: str, message: str) -> None:

@@ -292,6 +292,31 @@ def test_run_sweep_takes_overrides_and_a_mode_as_the_cli_does(tmp_path):
         run_sweep(built, tmp_path / "c", mode="analytic")
 
 
+def test_a_command_line_overrides_bad_value_is_said_as_the_overrides(tmp_path):
+    # `npusim sweep SPEC --set workload.mm=3` was reported at set.workload.mm of the
+    # spec file, which has no such entry
+    from npusim.core.errors import ConfigError
+    from npusim.sweep.spec import spec_from_dict as checked
+
+    spec = {"name": "m", "base": str(REPO_ROOT / "workloads/scenarios/quickstart.yaml"),
+            "set": {"run.mode": "analytic"}, "axes": {"workload.m": [64]}}
+    for text, path, said in (
+            ("workload.mm=3", "workload.mm", "unknown key; did you mean 'm'?"),
+            ("workload.tile_n=abc", "workload.tile_n", "Input should be a valid integer"),
+            ("run.mode=fast", "run.mode", "Input should be 'tlm' or 'analytic'")):
+        with pytest.raises(ConfigError) as info:
+            checked(spec, "s.yaml", extra_set=[text])
+        [(where, message)] = info.value.problems
+        assert info.value.source == "s.yaml" and where == path and said in message
+        assert message.endswith(f"(from the override {text}, which replaces the spec's set: "
+                                "run.mode)" if path == "run.mode" else
+                                f"(from the override {text})")
+    # the spec's own bad entry is still the spec's
+    with pytest.raises(ConfigError) as info:
+        checked({**spec, "set": {"workload.mm": 3}}, "s.yaml", extra_set=["workload.tile_n=256"])
+    assert info.value.problems[0][0] == "set.workload.mm"
+
+
 @pytest.mark.parametrize("text, problem", [
     ("workload.m", ("workload.m", "expected PATH=VALUE")),
     ("workload.cores=[0, 1", ("workload.cores", "got '[0, 1', which is not a YAML flow list")),

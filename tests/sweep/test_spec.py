@@ -412,7 +412,8 @@ def test_overlapping_paths_and_set_values_a_sweep_would_replace_are_errors():
         problems["axes[1].grid.hw.core.sram"]
     assert "would be silently replaced" in problems["set.workload.m"]
     assert "set.hw.noc.link_latency_cycles" not in problems
-    with pytest.raises(ConfigError, match="set.workload.m: the sweep also sets workload.m"):
+    with pytest.raises(ConfigError, match=r"\n  workload.m: the sweep also sets workload.m .*"
+                                          r"\(from the override workload.m=512\)"):
         load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", ["workload.m=512"])
     # a set: parent with a swept field inside it is fine: the field is applied after it
     assert spec(axes={"hw.core.sram.capacity_bytes": ["8MiB"]},
@@ -428,7 +429,9 @@ def test_cli_overrides_apply_to_every_point_after_the_specs_own_set():
     assert config["run"]["mode"] == "tlm" and config["hw"]["noc"]["link_latency_cycles"] == 2
     plain = load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml")
     assert spec.points()[0].key != plain.points()[0].key  # not mistaken for stored results
-    with pytest.raises(ConfigError, match="set.run.mode: Input should be 'tlm' or 'analytic'"):
+    with pytest.raises(ConfigError, match=r"\n  run.mode: Input should be 'tlm' or 'analytic'.*"
+                                          r"\(from the override run.mode=fast, which replaces "
+                                          r"the spec's set: run.mode\)"):
         load_spec(REPO_ROOT / "workloads/sweeps/quickstart_grid.yaml", ["run.mode=fast"])
 
 
