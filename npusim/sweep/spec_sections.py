@@ -119,12 +119,17 @@ def _parse_constraints(value: Any, bad) -> list[tuple[str, str]]:
                 or set(item) - {"require", "reason"}:
             bad(where, f"expected {{require: EXPR, reason: TEXT}}, got {item!r}")
             continue
+        reason = item.get("reason")
+        if reason is not None and not isinstance(reason, str):  # it is each skip's error text
+            bad(f"{where}.reason", f"expected text saying why a point is skipped, got "
+                                   f"{reason!r}")
+            continue
         try:
             expr.parse_condition(item["require"])
         except expr.ExprError as exc:
             bad(f"{where}.require", f"{exc} (got {_shown(item['require'])})")
             continue
-        constraints.append((item["require"], str(item.get("reason") or f"constraint failed: {item['require']}")))
+        constraints.append((item["require"], reason or f"constraint failed: {item['require']}"))
     return constraints
 
 

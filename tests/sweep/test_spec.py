@@ -152,7 +152,7 @@ def test_spec_file_errors_name_file_field_and_value(tmp_path):
           - grid: {{hw.core.systolic.rowz: [32], workload.m: 5}}
           - zip: {{workload.m: [1, 2], workload.k: [1]}}
           - random: {{samples: 0, params: {{workload.m: [1]}}}}
-        constraints: ["__import__('os')"]
+        constraints: ["__import__('os')", {{require: "${{workload.m}} > 1", reason: [1, 2]}}]
         """))
     with pytest.raises(ConfigError) as info:
         load_spec(path)
@@ -163,6 +163,9 @@ def test_spec_file_errors_name_file_field_and_value(tmp_path):
     assert "equal length" in problems["axes[1].zip"]
     assert "got 0" in problems["axes[2].random.samples"]
     assert "only these functions" in problems["constraints[0].require"]
+    # a reason is each skipped point's error text ([1, 2] was stored as "[1, 2]")
+    assert problems["constraints[1].reason"] == ("expected text saying why a point is "
+                                                 "skipped, got [1, 2]")
 
 
 def test_unknown_paths_are_caught_before_running():
