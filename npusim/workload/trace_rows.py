@@ -245,6 +245,11 @@ def timestamp_cell(row: Row, column: str, loc: str) -> int:
             raise TraceError(f"{loc}: column {column!r}: got {raw!r} (zone offset {zone}); "
                              f"expected an offset from -14:00 to +14:00 with minutes below 60")
         seconds -= sign * (zone_hours * 3600 + zone_minutes * 60)
+    if second == 60 and seconds % 86400 != 0:
+        # A leap second ends a UTC day (23:59:60 becomes the next day's 00:00:00);
+        # anywhere else :60 is a typo that would land on the next minute's :00.
+        raise TraceError(f"{loc}: column {column!r}: got {raw!r}; expected seconds below "
+                         "60 (a leap second, :60, only ends a UTC day: 23:59:60)")
     return seconds * PS_PER_S + int(fraction.ljust(12, "0") or 0)
 
 

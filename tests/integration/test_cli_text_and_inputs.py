@@ -117,6 +117,22 @@ def test_time_zone_offsets_in_range_move_the_arrival():
     assert timestamp_cell(Row(1, {"t": "2023-11-16 04:15:46-14:00"}), "t", "x") == utc
 
 
+def test_a_leap_second_is_read_only_where_one_can_be():
+    # 18:15:60 was read as 18:16:00 and the next row, a correct 18:16:00, was blamed
+    from npusim.core.errors import TraceError
+    from npusim.workload.trace_rows import Row, timestamp_cell
+
+    def at(text):
+        return timestamp_cell(Row(2, {"t": text}), "t", "azure.csv:2")
+
+    assert at("2016-12-31 23:59:60") == at("2017-01-01 00:00:00")
+    assert at("2017-01-01 00:59:60+01:00") == at("2017-01-01 00:00:00")  # 23:59:60 UTC
+    with pytest.raises(TraceError, match=r"azure.csv:2: column 't': got '2023-11-16 "
+                                         r"18:15:60'; expected seconds below 60 \(a leap "
+                                         r"second, :60, only ends a UTC day: 23:59:60\)"):
+        at("2023-11-16 18:15:60")
+
+
 def test_a_bad_override_is_said_to_come_from_the_command_line(tmp_path, capsys):
     code, _, err = run_cli(["run", FUSION, "--out", tmp_path, "--set", "workload.trace.limt=5",
                             "--set", "workload.scheduler.max_batch_size=0"], capsys)
