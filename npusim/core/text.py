@@ -89,6 +89,20 @@ def utf16_hint(data: bytes) -> str:
     as Windows PowerShell (``>``) and Notepad save text: a byte-order mark, or a NUL
     byte beside every ASCII character.  Empty otherwise."""
     head = data[:200]
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 4 and 3 * head.count(b"\0") >= len(head)):
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or _nul_beside_each_ascii(head):
         return " (it looks like UTF-16, as Windows PowerShell and Notepad save text: re-save it as UTF-8)"
     return ""
+
+
+def _nul_beside_each_ascii(head: bytes) -> bool:
+    """Whether ``head`` is ASCII text as UTF-16 without a byte-order mark: every second
+    byte NUL (little- or big-endian), the others no control character.  A binary file has NULs
+    too, but not in that pattern (an ELF header is not UTF-16)."""
+    pairs = len(head) // 2
+    if pairs < 2:
+        return False
+    for nul in (1, 0):  # little-endian: 'a\0'; big-endian: '\0a'
+        zeros, chars = head[nul::2][:pairs], head[1 - nul::2][:pairs]
+        if zeros.count(0) == pairs and all(c >= 32 or c in (9, 10, 13) for c in chars):
+            return True
+    return False

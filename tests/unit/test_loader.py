@@ -165,6 +165,9 @@ def test_a_merge_key_is_a_located_error_saying_what_to_write_instead(tmp_path):
     (lambda t: t.encode("utf-16-be"), "line 1, column 1", "NUL byte; expected a UTF-8 text"),
     (lambda t: t.replace("m: 4", "m: 4\x07").encode(), "line 2, column 28",
      "YAML syntax error: character U+0007 (a control character); expected printable text"),
+    # a binary file has NULs too, but is no UTF-16 (an ELF header's NULs were read so)
+    (lambda t: b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x03\x00>\x00\x01\x00\x00\x00",
+     "line 1, column 8", "NUL byte; expected a UTF-8 text (YAML) file"),
 ])
 def test_a_scenario_saved_as_utf16_or_with_a_control_character_is_named(tmp_path, encode,
                                                                        where, start):
@@ -176,7 +179,8 @@ def test_a_scenario_saved_as_utf16_or_with_a_control_character_is_named(tmp_path
         loader.load_raw(scenario)
     [(path, message)] = info.value.problems
     assert path == where and message.startswith(start) and "\n" not in message
-    assert ("looks like UTF-16" in message) == ("U+0007" not in message)
+    assert ("looks like UTF-16" in message) == ("U+0007" not in message
+                                                and not message.endswith("(YAML) file"))
 
 
 def test_a_sexagesimal_looking_limit_is_rejected_by_name_not_read_as_90():
