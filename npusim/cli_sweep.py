@@ -19,6 +19,12 @@ from npusim.core.output_paths import option_path
 from npusim.core.text import counted
 
 PLOT_KINDS = ("line", "heatmap", "pareto", "cdf", "timeline", "batches", "capacity")
+#: The plot kinds each option of ``npusim plot`` acts on (elsewhere it is an error).
+_OPTION_KINDS = {"--x": ("line", "heatmap", "pareto"), "--y": ("line", "heatmap", "pareto"),
+                 "--value": ("heatmap", "cdf"), "--hue": ("line", "pareto", "cdf"),
+                 "--maximize-y": ("pareto",), "--logx": ("line",), "--bins": ("timeline",),
+                 "--units": ("timeline",), "--group": ("timeline",)}
+DEFAULT_BINS = 100
 
 #: From this many points the sweep command says it is checking them first.
 _SAY_CHECKING_FROM = 1000
@@ -182,7 +188,7 @@ def plot(
                                       "cdf: one curve per value (a sweep's requests: "
                                       "default one per point, named by the parameters that differ)."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
-    bins: int = typer.Option(100, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
+    bins: int = typer.Option(DEFAULT_BINS, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
                              "(1 to 100,000)."),
     units: Optional[List[str]] = typer.Option(
         None, "--units", metavar="PATTERN", help="timeline: only these units, names or glob "
@@ -221,15 +227,22 @@ def plot(
         figure = option_path(out, "--out", "a figure file (.png, .svg or .pdf)")
         target = check_figure_path(figure, "--out") if figure is not None else \
             check_figure_path(source / _default_figure_name(kind, x, y, value))
-        if kind == "timeline" and not 1 <= bins <= MAX_BINS:
+        if not 1 <= bins <= MAX_BINS:
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
         if group is not None and group not in TIMELINE_GROUPS:
             raise NpusimError(f"--group: expected one of {', '.join(TIMELINE_GROUPS)}, "
                               f"got {group!r}")
-        if kind != "timeline" and (units or group is not None):
-            raise NpusimError(f"--{'units' if units else 'group'} applies to --kind timeline "
-                              f"only (got --kind {kind})")
+        given = {"--x": x is not None, "--y": y is not None, "--value": value is not None,
+                 "--hue": hue is not None, "--maximize-y": maximize, "--logx": logx,
+                 "--bins": bins != DEFAULT_BINS, "--units": bool(units),
+                 "--group": group is not None}
+        for option, kinds in _OPTION_KINDS.items():
+            if given[option] and kind not in kinds:  # ignored, the figure would mislead
+                listed = kinds[0] if len(kinds) == 1 else \
+                    f"{', '.join(kinds[:-1])} or {kinds[-1]}"
+                raise NpusimError(f"{option} applies to --kind {listed} only (got --kind "
+                                  f"{kind})")
         is_run = (source / "ops.csv").is_file()
         if kind != "capacity" and (source / "capacity.csv").is_file() and not is_run \
                 and not (source / "manifest.json").is_file():

@@ -230,6 +230,8 @@ def plot_pareto(frame: "pd.DataFrame", x: str, y: str, minimize: Sequence[bool] 
                 title: str | None = None) -> "Figure":
     """Every finished point in (``x``, ``y``) with the Pareto front highlighted;
     front points are annotated with the ``label`` column when given."""
+    if x == y:  # every point on the diagonal: a front of one point, no trade-off shown
+        raise AnalysisError(f"a Pareto front needs two different columns, got x = y = {x!r}")
     require_columns(frame, (x, y, label))
     require_numeric(frame, (x, y))
     data = _ok(frame).dropna(subset=[x, y])

@@ -361,6 +361,8 @@ def test_huge_power_is_refused_not_computed(tmp_path):
      "column 'metrics.mode' is not numeric (values like 'analytic')"),
     (["--kind", "pareto", "-x", "metrics.scenario", "-y", "metrics.latency_ps"],
      "column 'metrics.scenario' is not numeric"),
+    (["--kind", "pareto", "-x", "metrics.latency_ps", "-y", "metrics.latency_ps"],
+     "a Pareto front needs two different columns, got x = y = 'metrics.latency_ps'"),
     (["--kind", "cdf", "--value", "metrics.scenario"], "column 'metrics.scenario' is not numeric"),
     (["--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps", "--out", "{tmp}/d.png"],
      "--out {tmp}/d.png: is a directory; expected a figure file name"),

@@ -79,7 +79,16 @@ def test_plot_cli_groups_and_chooses_units(tmp_path, capsys):
         assert code.value.code == 0 and figure.is_file(), rows
     capsys.readouterr()
     for extra, message in ((["--kind", "timeline", "--group", "stage"], "--group: expected one of unit, kind"),
-                           (["--kind", "cdf", "--units", "*.sa"], "--units applies to --kind timeline only")):
+                           (["--kind", "cdf", "--units", "*.sa"], "--units applies to --kind timeline only"),
+                           # options another kind takes were ignored (a --bins of -3 too)
+                           (["--kind", "batches", "--bins", "-3"], "--bins: expected a number "
+                                                                   "of time bins from 1 to"),
+                           (["--kind", "timeline", "--bins", "50", "-x", "a"],
+                            "--x applies to --kind line, heatmap or pareto only (got --kind "
+                            "timeline)"),
+                           (["--kind", "cdf", "--logx"], "--logx applies to --kind line only"),
+                           (["--kind", "batches", "--bins", "50"], "--bins applies to --kind "
+                                                                   "timeline only")):
         with pytest.raises(SystemExit) as code:
             main(["plot", str(run), *extra])
         assert code.value.code != 0 and message in capsys.readouterr().err
