@@ -64,6 +64,12 @@ def test_tracespec_generator_and_file(tmp_path):
     ({"arrival": {"kind": "fixed", "interval_s": 1}, "prompt": {"kind": "uniform", "low": 5, "high": 2},
       "output": {"kind": "fixed", "tokens": 1}, "num_requests": 1}, "prompt", "high (2) must be >= low (5)"),
     ({"file": "x.csv", "rate_scle": 2}, "rate_scle", "did you mean 'rate_scale'"),
+    # a gap under half a picosecond rounded to 0: every request at t = 0, silently
+    ({"arrival": {"kind": "fixed", "interval_s": 1e-13}, "prompt": 1, "output": 1,
+      "num_requests": 2}, "arrival.interval_s", "1e-13 makes the gap between requests 1e-13 s, "
+                                                "under half the simulator's 1 ps time step"),
+    ({"arrival": {"kind": "fixed", "rate_per_s": 3e12}, "prompt": 1, "output": 1,
+      "num_requests": 2}, "arrival.rate_per_s", "every request would arrive at t = 0"),
 ])
 def test_tracespec_errors_are_located(data, path, fragment):
     with pytest.raises(ConfigError) as info:

@@ -412,7 +412,8 @@ def test_generator_spec_errors():
 arrival_specs = st.one_of(
     st.builds(lambda r: PoissonArrival(rate_per_s=r), st.floats(0.01, 1e6)),
     st.builds(lambda r, cv: GammaArrival(rate_per_s=r, cv=cv), st.floats(0.01, 1e6), st.floats(0.1, 20)),
-    st.builds(lambda i: FixedArrival(interval_s=i), st.floats(0, 100)),
+    # (a gap is at least 1 ps, or 0: all at once)
+    st.builds(lambda i: FixedArrival(interval_s=i), st.just(0.0) | st.floats(1e-12, 100)),
 )
 length_specs = st.one_of(
     st.integers(1, 100_000),
