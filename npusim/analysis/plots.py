@@ -273,6 +273,10 @@ def _no_samples(source: Any, name: str) -> str:
         return f"no {name} samples to plot"
     statuses = ", ".join(f"{count} {status}" for status, count in
                          requests["status"].value_counts(dropna=False).items())
+    if "request_id" not in requests.columns and "point" in requests.columns:  # a sweep's rows
+        return (f"no {name} samples to plot: no point has a value in {name} "
+                f"({len(requests)} points: {statuses or 'none'}); expected a column that "
+                "the points that ran have (the error column says why the others did not)")
     return (f"{_origin(requests)}no {name} samples to plot: no request has a value in {name} "
             f"({len(requests)} requests: {statuses or 'none'}); expected at least one "
             "finished request (the reason column says why each was not)")

@@ -364,6 +364,7 @@ def test_huge_power_is_refused_not_computed(tmp_path):
     (["--kind", "pareto", "-x", "metrics.latency_ps", "-y", "metrics.latency_ps"],
      "a Pareto front needs two different columns, got x = y = 'metrics.latency_ps'"),
     (["--kind", "cdf", "--value", "metrics.scenario"], "column 'metrics.scenario' is not numeric"),
+    (["--kind", "cdf", "--value", "error"], "no point has a value in error ("),  # not requests
     (["--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps", "--out", "{tmp}/d.png"],
      "--out {tmp}/d.png: is a directory; expected a figure file name"),
     (["--kind", "line", "-x", "workload.m", "-y", "metrics.latency_ps", "--out", "{tmp}/f/x.png"],
