@@ -17,15 +17,18 @@ so there it is a *paced stream* taking its share of the bandwidth until the tran
 ends, and later work gets the rest (a 4 MiB tile from HBM into an SRAM three times
 faster than the HBM leaves the SRAM two thirds free for the NoC traffic beside it, as
 the tlm level's interleaved chunks do, instead of holding it for 16 us at its start).
-A transfer no longer than one chunk that finds a memory held by a chunked transfer
-goes between two of its chunks (the tlm level interleaves them).  A compute op on a
-core whose scratchpad port is shared (``hw.core.sram.shared_port``) claims that port
-for its operand bytes the same way: held when the operands take longer than the
-computation, paced beside it when they take less.  What the analytic level leaves out
-is how concurrent streams interleave inside a memory or a router (bank conflicts, row
-misses between streams, arbitration, head-of-line blocking in a router's one-VC input
-FIFOs), which the tlm level adds.  On an uncontended graph the two agree closely, and
-that agreement is tested.
+A chunked transfer (a weight tile moved in 256 KiB bursts) records where its chunks
+fall on each memory it crosses, held or paced; work there no longer than one of them
+goes between them, as the tlm level interleaves them: it waits for the chunk in
+progress when it arrives (not for the whole tile, and not for nothing as an even paced
+share would have it), and the chunks after it move later by what it overlaps.  A
+compute op on a core whose scratchpad port is shared (``hw.core.sram.shared_port``)
+claims that port for its operand bytes the same way as a transfer: held when the
+operands take longer than the computation, paced beside it when they take less.  What
+the analytic level leaves out is how concurrent streams interleave inside a memory or a
+router (bank conflicts, row misses between streams, arbitration, head-of-line blocking
+in a router's one-VC input FIFOs), which the tlm level adds.  On an uncontended graph
+the two agree closely, and that agreement is tested.
 """
 
 from __future__ import annotations
@@ -113,13 +116,111 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     # ``share`` of its bandwidth over ``[start, end)`` instead of holding it whole.
     paced: dict[str, list[list]] = {}
     paced_get = paced.get
-    # Per resource held by a chunked transfer (a weight tile into the SRAM when the
-    # SRAM is slower than the HBM): ``[end, chunk_ps]``, its end there and the time one
-    # of its chunks takes there.  Work no longer than a chunk that finds the resource
-    # held by it goes between two of its chunks, waiting for at most one, as the tlm
-    # level interleaves them (a ring step's 4 KiB NoC send does not wait for a whole
-    # 3 MiB tile); the resource frees that much later.
-    chunked: dict[str, list[int]] = {}
+    # Per memory a chunked transfer crosses (a weight tile from HBM into the SRAM): where
+    # its chunks are there, ``[first, period, length, count, last, held, stream, stop]``:
+    # chunk ``i`` occupies ``[first + i * period, + length)`` (the last one ``last``
+    # long, ending at ``stop``), ``held`` is the resource's free time the transfer booked
+    # when it holds the resource (its slowest end; else None) and ``stream`` its paced
+    # stream there (else None).  Work no longer than one of its chunks there goes
+    # between them as the tlm level interleaves them: it waits for the chunk in progress
+    # when it arrives, not for the whole transfer (a ring step's 1 KiB NoC send beside a
+    # 3 MiB tile) and not for nothing either (a paced stream's share is spread evenly,
+    # which a chunk's burst is not); the chunks after it move later by what it overlaps
+    # of them.  ``longest``: per memory, its longest chunk there (longer work does not
+    # look between them).
+    chunked: dict[str, list[list]] = {}
+    chunked_get = chunked.get
+    longest: dict[str, int] = {}
+
+    def between_chunks(patterns: list, name: str, busy: int, ready: int,
+                       served: int) -> tuple | None:
+        """``(start, patterns)`` of ``busy`` of work on ``name`` (where the chunked
+        transfers are ``patterns``) ready at ``ready`` (its queue there frees at
+        ``served``) going between their chunks, or None when none is there with chunks
+        at least that long.  The patterns that have ended by ``ready`` are dropped."""
+        usable = None
+        stale = False
+        for p in patterns:
+            if p[7] <= ready:
+                stale = True
+            elif busy <= p[2]:
+                if usable is None:
+                    usable = [p]
+                else:
+                    usable.append(p)
+        if stale:
+            live = [p for p in patterns if p[7] > ready]
+            if live:
+                chunked[name] = live
+                longest[name] = max(p[2] for p in live)
+            else:
+                del chunked[name], longest[name]
+        if usable is None:
+            return None
+        at = ready
+        if served > ready and not any(p[5] == served for p in usable):
+            at = served  # queued behind other work, first come first served
+        for _ in range(2):  # a second pass for chunks of two transfers back to back
+            for p in usable:
+                first, period, length, count, last = p[0], p[1], p[2], p[3], p[4]
+                if at > first:  # (work waiting when a chunk would start goes first)
+                    index = (at - first) // period
+                    begin = first + index * period
+                    if index < count and begin < at:
+                        chunk_end = begin + (length if index < count - 1 else last)
+                        if at < chunk_end:
+                            at = chunk_end
+        return at, usable
+
+    def self_chunks(task: TransferTask, services: list, ready: int, end: int) -> None:
+        """Record where the chunks of ``task`` (chunked, ready at ``ready``, booked as
+        ``services``) are on each memory: the slowest (the last to finish, ``b``) sets
+        the period; a memory after it in the transfer's stages sees each chunk that long
+        after it leaves the one before (the fill: one chunk's time on each stage
+        before), a memory before it runs at its own pace from its start."""
+        size, chunk = task.size_bytes, task.chunk_bytes
+        count = -(-size // chunk)
+        b, slowest = 0, services[0][3]
+        for j in range(1, len(services)):
+            if services[j][3] > slowest:
+                b, slowest = j, services[j][3]
+        base, period = services[b][1], services[b][2] * chunk // size
+        if period <= 0:
+            return
+        fill = j = 0
+        for name, served, busy, done, between in services:
+            length = busy * chunk // size
+            if length > 0 and between is None:
+                last = busy - (count - 1) * length
+                if last <= 0:
+                    last = length
+                if done >= end and free_get(name) == done:
+                    held, stream = done, None
+                else:
+                    held = stream = None
+                    streams = paced_get(name)
+                    if streams and streams[-1][0] == served:
+                        stream = streams[-1]
+                if j >= b:
+                    first, step = base + fill, period
+                else:
+                    first, step = served + fill, length
+                pattern = [first, step, length, count, last, held, stream,
+                           first + (count - 1) * step + last]
+                patterns = chunked_get(name)
+                if patterns is None:
+                    chunked[name] = [pattern]
+                    longest[name] = length
+                else:
+                    if patterns[0][7] <= ready:  # drop those ended (not looked at since)
+                        patterns[:] = [p for p in patterns if p[7] > ready]
+                        longest[name] = max([p[2] for p in patterns], default=0)
+                    patterns.append(pattern)
+                    if length > longest[name]:
+                        longest[name] = length
+            fill += length
+            j += 1
+
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
     # Per NoC port and link: the transfers crossing it, a state of
@@ -208,6 +309,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
             duration, reservations, accounting, shared = (
                 cached if cached is not None else analytic_transfer(task, seed))
             start = end = ready
+            net_end = ready
             if shared is not None:
                 # The NoC's ports and links share their bandwidth between the transfers
                 # crossing them (processor sharing: routers interleave their packets);
@@ -233,6 +335,7 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                         if later > end:
                             end = later
                 end += latency
+                net_end = end
             # Each memory is a first-come-first-served bandwidth server: the
             # transfer starts when ready, queues behind earlier work on every resource
             # it needs, and ends when the last of them has carried its bytes.
@@ -253,38 +356,69 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
                 # HBM), its bytes arrive at the transfer's pace: it is a paced stream
                 # there, beside later work, instead of holding them from its start.
                 services = []
+                waited = 0  # the longest wait for a chunk in progress
                 for name, busy in reservations:
                     served = free_get(name, 0)
-                    slipped = False
-                    if served > ready and chunked:
-                        held = chunked.get(name)
-                        if (held is not None and held[0] == served and busy <= held[1]
-                                and ready + held[1] < served):
-                            served, slipped = ready + held[1], True
-                    if served < ready:
-                        served = ready
+                    patterns = chunked_get(name) if chunked else None
+                    between = (between_chunks(patterns, name, busy, ready, served)
+                               if patterns and busy <= longest[name] else None)
                     streams = paced_get(name) if paced else None
+                    if between is not None:
+                        served = between[0]
+                        if served - ready > waited:
+                            waited = served - ready
+                        if streams:  # the chunks' own paced stream is what it waited for
+                            for p in between[1]:
+                                own = p[6]
+                                if own is not None:
+                                    streams = [s for s in streams if s is not own]
+                    elif served < ready:
+                        served = ready
                     done = _finish(served, busy, streams) if streams else served + busy
-                    services.append((name, served, busy, done, slipped))
+                    services.append((name, served, busy, done, between))
                     if done > end:
                         end = done
+                if waited:
+                    # Work that waited for a chunk in progress then moves as it would
+                    # alone: all of it starts that much later (a send's bytes cross the
+                    # NoC after they leave the source SRAM).
+                    later = start + duration
+                    if later < net_end:
+                        later = net_end
+                    later += waited
+                    if later > end:
+                        end = later
             if end - start > duration:
                 duration = end - start
             if len(reservations) > 1:
                 # The last resource to finish holds the transfer's pace (its closed-form
                 # fill aside): it is booked whole, the others are paced to its end.
                 finish = start + duration
-                chunk = task.chunk_bytes
-                for name, served, busy, done, slipped in services:
-                    if slipped:  # the chunked transfer it went between ends that later
-                        held = chunked[name]
-                        held[0] = unit_free[name] = held[0] + busy
-                    elif done < end:
+                for name, served, busy, done, between in services:
+                    if between is not None:
+                        # The chunks after it move later by what it overlaps of them
+                        # (the transfer's own end aside), and so does a held resource.
+                        for p in between[1]:
+                            begin, period = p[0], p[1]
+                            index = 0 if served <= begin else -(-(served - begin) // period)
+                            if index < p[3]:
+                                overlap = served + busy - (begin + index * period)
+                                if overlap > 0:
+                                    p[0] = begin + overlap
+                                    p[7] += overlap
+                                    if p[5] is not None:
+                                        if unit_free.get(name) == p[5]:
+                                            unit_free[name] = p[5] + overlap
+                                        p[5] += overlap
+                        if free_get(name, 0) > served:
+                            continue  # it went before the queue's end: nothing to book
+                    if done < end:
                         _pace(paced, name, served, finish, busy, ready)
                     else:
                         unit_free[name] = done
-                        if chunk and busy and task.size_bytes > chunk:
-                            chunked[name] = [done, busy * chunk // task.size_bytes]
+                chunk = task.chunk_bytes
+                if chunk and task.size_bytes > chunk:
+                    self_chunks(task, services, ready, end)
             transfer_busy += duration
             if delays:  # transfers slowed by this one on a shared port or link
                 for other, later in delays:
