@@ -43,6 +43,7 @@ from typing import Any
 from npusim.executor.base import (OPERAND_STALL, SRAM_OPERAND_PORT, SRAM_OPERAND_READ,
                                   SRAM_OPERAND_WRITTEN, SegmentRun, host_resource,
                                   operand_port_busy, operand_sram_bytes)
+from npusim.executor.chunks import ChunkPatterns
 from npusim.executor.sharing import finish as _finish
 from npusim.executor.sharing import pace as _pace
 from npusim.executor.sharing import share as _share
@@ -116,110 +117,11 @@ def run_analytic(graph: TaskGraph, device: Device, seed: int = 0) -> SegmentRun:
     # ``share`` of its bandwidth over ``[start, end)`` instead of holding it whole.
     paced: dict[str, list[list]] = {}
     paced_get = paced.get
-    # Per memory a chunked transfer crosses (a weight tile from HBM into the SRAM): where
-    # its chunks are there, ``[first, period, length, count, last, held, stream, stop]``:
-    # chunk ``i`` occupies ``[first + i * period, + length)`` (the last one ``last``
-    # long, ending at ``stop``), ``held`` is the resource's free time the transfer booked
-    # when it holds the resource (its slowest end; else None) and ``stream`` its paced
-    # stream there (else None).  Work no longer than one of its chunks there goes
-    # between them as the tlm level interleaves them: it waits for the chunk in progress
-    # when it arrives, not for the whole transfer (a ring step's 1 KiB NoC send beside a
-    # 3 MiB tile) and not for nothing either (a paced stream's share is spread evenly,
-    # which a chunk's burst is not); the chunks after it move later by what it overlaps
-    # of them.  ``longest``: per memory, its longest chunk there (longer work does not
-    # look between them).
-    chunked: dict[str, list[list]] = {}
-    chunked_get = chunked.get
-    longest: dict[str, int] = {}
-
-    def between_chunks(patterns: list, name: str, busy: int, ready: int,
-                       served: int) -> tuple | None:
-        """``(start, patterns)`` of ``busy`` of work on ``name`` (where the chunked
-        transfers are ``patterns``) ready at ``ready`` (its queue there frees at
-        ``served``) going between their chunks, or None when none is there with chunks
-        at least that long.  The patterns that have ended by ``ready`` are dropped."""
-        usable = None
-        stale = False
-        for p in patterns:
-            if p[7] <= ready:
-                stale = True
-            elif busy <= p[2]:
-                if usable is None:
-                    usable = [p]
-                else:
-                    usable.append(p)
-        if stale:
-            live = [p for p in patterns if p[7] > ready]
-            if live:
-                chunked[name] = live
-                longest[name] = max(p[2] for p in live)
-            else:
-                del chunked[name], longest[name]
-        if usable is None:
-            return None
-        at = ready
-        if served > ready and not any(p[5] == served for p in usable):
-            at = served  # queued behind other work, first come first served
-        for _ in range(2):  # a second pass for chunks of two transfers back to back
-            for p in usable:
-                first, period, length, count, last = p[0], p[1], p[2], p[3], p[4]
-                if at > first:  # (work waiting when a chunk would start goes first)
-                    index = (at - first) // period
-                    begin = first + index * period
-                    if index < count and begin < at:
-                        chunk_end = begin + (length if index < count - 1 else last)
-                        if at < chunk_end:
-                            at = chunk_end
-        return at, usable
-
-    def self_chunks(task: TransferTask, services: list, ready: int, end: int) -> None:
-        """Record where the chunks of ``task`` (chunked, ready at ``ready``, booked as
-        ``services``) are on each memory: the slowest (the last to finish, ``b``) sets
-        the period; a memory after it in the transfer's stages sees each chunk that long
-        after it leaves the one before (the fill: one chunk's time on each stage
-        before), a memory before it runs at its own pace from its start."""
-        size, chunk = task.size_bytes, task.chunk_bytes
-        count = -(-size // chunk)
-        b, slowest = 0, services[0][3]
-        for j in range(1, len(services)):
-            if services[j][3] > slowest:
-                b, slowest = j, services[j][3]
-        base, period = services[b][1], services[b][2] * chunk // size
-        if period <= 0:
-            return
-        fill = j = 0
-        for name, served, busy, done, between in services:
-            length = busy * chunk // size
-            if length > 0 and between is None:
-                last = busy - (count - 1) * length
-                if last <= 0:
-                    last = length
-                if done >= end and free_get(name) == done:
-                    held, stream = done, None
-                else:
-                    held = stream = None
-                    streams = paced_get(name)
-                    if streams and streams[-1][0] == served:
-                        stream = streams[-1]
-                if j >= b:
-                    first, step = base + fill, period
-                else:
-                    first, step = served + fill, length
-                pattern = [first, step, length, count, last, held, stream,
-                           first + (count - 1) * step + last]
-                patterns = chunked_get(name)
-                if patterns is None:
-                    chunked[name] = [pattern]
-                    longest[name] = length
-                else:
-                    if patterns[0][7] <= ready:  # drop those ended (not looked at since)
-                        patterns[:] = [p for p in patterns if p[7] > ready]
-                        longest[name] = max([p[2] for p in patterns], default=0)
-                    patterns.append(pattern)
-                    if length > longest[name]:
-                        longest[name] = length
-            fill += length
-            j += 1
+    # Where the chunks of chunked transfers fall on each memory (npusim.executor.chunks):
+    # small work there goes between them.
+    chunks = ChunkPatterns(free_get, paced_get)
+    chunked, chunked_get, longest = chunks.by_memory, chunks.by_memory.get, chunks.longest
+    between_chunks, self_chunks = chunks.between, chunks.record
 
     # The loop runs once per task of every timed segment: plain comparisons instead of
     # max() and local names keep it cheap (it dominates analytic LLM runs).
