@@ -362,23 +362,29 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _show_config_notes() -> None:
-    """Print a :class:`ConfigNote` warning as a yellow ``note:`` line (the others as
-    Python shows them); installed once per process."""
+    """Print a :class:`ConfigNote` warning as a yellow ``note:`` line, once per distinct
+    text in a command (the others as Python shows them); installed once per process."""
     import warnings
 
     from npusim.core.errors import ConfigNote
 
     shown = warnings.showwarning
     if getattr(shown, "npusim_notes", False):
+        shown.said.clear()  # (a new command: its notes are said again)
         return
+
+    said: set[str] = set()  # a sweep resolves every point: one note per distinct text
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, ConfigNote):
-            typer.secho(f"note: {message}", fg=typer.colors.YELLOW, err=True)
+            if str(message) not in said:
+                said.add(str(message))
+                typer.secho(f"note: {message}", fg=typer.colors.YELLOW, err=True)
         else:
             shown(message, category, filename, lineno, file, line)
 
     show.npusim_notes = True  # type: ignore[attr-defined]
+    show.said = said  # type: ignore[attr-defined]
     warnings.showwarning = show
 
 

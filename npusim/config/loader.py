@@ -54,19 +54,22 @@ def _preset_identity(name: str) -> str:
 
 
 def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
-                    chain: tuple[tuple[str, str], ...] = (), origin: str | None = None) -> Any:
+                    chain: tuple[tuple[str, str], ...] = (), origin: str | None = None,
+                    overridden: tuple[str, ...] | None = ()) -> Any:
     """Replace every ``{preset: NAME, ...}`` mapping by the preset merged with its siblings.
 
     ``chain`` holds the ``(identity, name)`` of the presets resolved around this mapping
     and ``origin`` the file naming the first, where presets that include each other are
-    reported as the cycle they form."""
+    reported as the cycle they form.  ``overridden``: the paths later overrides set, which
+    a :class:`KeptKeysNote` leaves out (None: no notes, for a resolution whose result
+    only checks paths)."""
     origin = origin or source
     if depth > _MAX_PRESET_DEPTH:
         raise ConfigError(origin, [(path, f"presets nest more than {_MAX_PRESET_DEPTH} deep: "
                                           f"{' -> '.join(n for _, n in chain)}; expected "
                                           "fewer presets inside presets")])
     if isinstance(data, list):
-        return [resolve_presets(item, source, f"{path}[{i}]", depth, chain, origin)
+        return [resolve_presets(item, source, f"{path}[{i}]", depth, chain, origin, overridden)
                 for i, item in enumerate(data)]
     if not isinstance(data, Mapping):
         return data
@@ -101,15 +104,17 @@ def resolve_presets(data: Any, source: str, path: str = "", depth: int = 0,
         # A preset's own relative presets and files are next to it, a file's as a named
         # preset's (hwconfigs/x/b.yaml naming preset: a.yaml means hwconfigs/x/a.yaml).
         anchor_files(base, Path(identity).parent)  # (it loaded: identity is its file)
-        data = _swap_presets(base, data, path, source)
+        data = _swap_presets(base, data, path, source, overridden)
         base = resolve_presets(base, f"preset {name}", path, depth + 1,
-                               (*chain, (identity, shown)), origin)
+                               (*chain, (identity, shown)), origin, overridden)
         data = deep_merge(base, data)
-    return {key: resolve_presets(value, source, join_path(path, key), depth, chain, origin)
+    return {key: resolve_presets(value, source, join_path(path, key), depth, chain, origin,
+                                 overridden)
             for key, value in data.items()}
 
 
-def _swap_presets(base: dict, data: dict, path: str, source: str) -> dict:
+def _swap_presets(base: dict, data: dict, path: str, source: str,
+                  overridden: tuple[str, ...] | None = ()) -> dict:
     """Move each block of ``data`` (the keys beside a preset) that names a preset of its
     own into ``base``, the preset's mapping before it is resolved, and return the rest
     of ``data``.  Keys beside a preset override what the preset resolves to, so a block
@@ -136,16 +141,17 @@ def _swap_presets(base: dict, data: dict, path: str, source: str) -> dict:
                 _check_same_category(target, value["preset"], join_path(path, key), source)
             if isinstance(target, Mapping) and ("preset" in target or "preset" in base):
                 kept = [k for k in target if k != "preset" and k not in value]
-                if kept and "preset" in target and _preset_identity(target["preset"]) \
+                if kept and "preset" in target and overridden is not None \
+                        and _preset_identity(target["preset"]) \
                         != _preset_identity(value["preset"]):  # (a file spelt two ways)
-                    _note_kept(join_path(path, key), target, value["preset"], kept)
+                    _note_kept(join_path(path, key), target, value["preset"], kept, overridden)
                 base[key] = deep_merge(target, value)
             else:
                 base[key] = copy.deepcopy(value)
             del rest[key]
         elif isinstance(target, Mapping) or (target is None and "preset" in base):
             inner = dict(target) if isinstance(target, Mapping) else {}
-            left = _swap_presets(inner, value, join_path(path, key), source)
+            left = _swap_presets(inner, value, join_path(path, key), source, overridden)
             if left != value:  # some block moved in
                 base[key] = inner
                 rest[key] = left
@@ -164,9 +170,10 @@ def _check_same_category(target: Mapping, preset: str, where: str, source: str) 
         return  # a kind of the same category (or unknown) is validation's to judge
     shipped = [name for name in presets_of_kind(held) if name != preset]
     listing = (f": {', '.join(shipped)}" if shipped else
-               f" (none is shipped: set {where}'s fields instead)")
+               " (none is shipped: set the block's fields instead)")
+    # (the block by its path only in the problem's path: a --hw file's are its own)
     raise ConfigError(source, [(join_path(where, "preset"), (
-        f"{preset} is {a_part(got, 'preset')} (kind: {given}), but {where} holds "
+        f"{preset} is {a_part(got, 'preset')} (kind: {given}), but the block holds "
         f"{a_part(wanted)} (kind: {held}); expected a preset of kind {held}{listing}"))])
 
 
@@ -189,7 +196,7 @@ class KeptKeysNote(ConfigNote):
         return KeptKeysNote, (self.where, self.target, self.preset, self.kept)
 
     def without(self, paths: list[str]) -> "KeptKeysNote | None":
-        """This note less the keys ``paths`` (later ``--set`` overrides, a sweep's
+        """This note less the keys ``paths`` (later ``--set`` overrides, a sweep point's
         values) set again; None if none is left, or the block itself is set afresh."""
         if any(self.where == path or self.where.startswith(f"{path}.") for path in paths):
             return None
@@ -201,10 +208,13 @@ class KeptKeysNote(ConfigNote):
         return KeptKeysNote(self.where, self.target, self.preset, left) if left else None
 
 
-def _note_kept(where: str, target: Mapping, preset: str, kept: list[str]) -> None:
+def _note_kept(where: str, target: Mapping, preset: str, kept: list[str],
+               overridden: tuple[str, ...]) -> None:
     import warnings
 
-    warnings.warn(KeptKeysNote(where, target, preset, kept), stacklevel=2)
+    note = KeptKeysNote(where, target, preset, kept).without(overridden)
+    if note is not None:
+        warnings.warn(note, stacklevel=2)
 
 
 def _loads(name: Any) -> bool:
@@ -310,39 +320,32 @@ def anchor_files(data: Any, base_dir: Path) -> None:
                 anchor_files(value, base_dir)
 
 
-def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str) -> dict:
+def _resolve_with_overrides(data: dict, overrides: Iterable[str], source: str,
+                            notes: bool = True) -> dict:
     """Resolve presets and apply ``--set`` overrides.
 
     An override that names a preset (``hw.preset=npu/small_core_256``) replaces the preset
     *before* resolution, so its siblings are merged onto the new preset; every other
     override applies to the resolved tree, where preset-provided keys already exist.
+    ``notes``: say what a swapped block keeps of the chip's (a :class:`KeptKeysNote`,
+    less the keys the overrides set); off for resolutions that only check paths.
     """
-    import warnings
-
     parsed = [(text, *parse_override(text)) for text in overrides]
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
             apply_override(data, parts, value, text)
             _check_preset_not_shadowed(data, parts, value, text)
-    # A note on the chip's keys a swapped block keeps waits for the overrides: one
-    # that sets such a key (or the whole block) leaves nothing of the chip's to say.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        data = resolve_presets(data, source)
+    # A note on the chip's keys a swapped block keeps leaves out what an override sets
+    # afterwards (the key, or the whole block): that keeps nothing of the chip's.
+    later = tuple(format_path(parts) for _, parts, _ in parsed
+                  if parts and parts[-1] != "preset")
+    data = resolve_presets(data, source, overridden=later if notes else None)
     for text, parts, value in parsed:
         if parts and parts[-1] == "preset":
             continue
-        value = resolve_presets(value, "--set", format_path(parts))
+        value = resolve_presets(value, "--set", format_path(parts),
+                                overridden=() if notes else None)
         apply_override(data, parts, value, text)
-    later = [format_path(parts) for _, parts, _ in parsed if parts and parts[-1] != "preset"]
-    for record in caught:
-        note = record.message
-        if isinstance(note, KeptKeysNote):
-            note = note.without(later)
-        if note is not None:
-            # (this module's registry, as warnings.warn used: a note said once per text)
-            warnings.warn_explicit(note, record.category, record.filename, record.lineno,
-                                   registry=globals().setdefault("__warningregistry__", {}))
     return data
 
 
@@ -415,10 +418,11 @@ def _blame_hw_file(exc: ConfigError, hw_file: str | Path | None) -> ConfigError:
 
 
 def scenario_from_dict(data: Mapping[str, Any], source: str = "<dict>",
-                       overrides: Iterable[str] = ()):
-    """Validate a scenario given as a Python mapping (presets and overrides allowed)."""
+                       overrides: Iterable[str] = (), notes: bool = True):
+    """Validate a scenario given as a Python mapping (presets and overrides allowed;
+    ``notes``: as :func:`_resolve_with_overrides`)."""
     from npusim.config.schema import scenario_model
 
     resolved = _resolve_with_overrides(copy.deepcopy(dict(data)), override_list(overrides),
-                                       source)
+                                       source, notes)
     return validate(scenario_model(), resolved, source)

@@ -171,8 +171,11 @@ def with_override_notes(exc: ConfigError, overrides: list[str]) -> ConfigError:
                              "whole section"))
     problems = []
     for problem_path, message in exc.problems:
+        # (a block's kind: comes from the preset an override gave it)
         origin = [text for set_path, text in set_paths if problem_path == set_path
-                  or problem_path.startswith((f"{set_path}.", f"{set_path}["))]
+                  or problem_path.startswith((f"{set_path}.", f"{set_path}["))
+                  or (set_path.endswith(".preset") and problem_path
+                      == f"{set_path[:-len('preset')]}kind")]
         if origin:
             message += OVERRIDE_NOTE.format(origin[-1])
         else:  # a check of a whole section: name the overrides that changed its fields

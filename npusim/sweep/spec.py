@@ -119,7 +119,7 @@ class SweepSpec:
             label = ", ".join(f"{k}={v!r}" for k, v in swept.items()) or "base"
             try:
                 raw = _resolve_with_overrides(copy.deepcopy(self.base), self._overrides(params),
-                                              self.base_source)
+                                              self.base_source, notes=False)  # (said below)
             except ConfigError as exc:
                 problems += [(f"point {index} ({label}): {p}", m) for p, m in exc.problems]
                 continue

@@ -25,7 +25,9 @@ def base_defaults(spec: "SweepSpec") -> dict[str, Any]:
     """The validated base scenario (fixed overrides applied) with every default filled."""
     from npusim.config.loader import scenario_from_dict
 
-    return scenario_from_dict(spec.base, spec.base_source, spec.set).model_dump(mode="json")
+    # (no notes: each point says its own, with its swept values applied)
+    return scenario_from_dict(spec.base, spec.base_source, spec.set,
+                              notes=False).model_dump(mode="json")
 
 
 def blame(spec: "SweepSpec", exc: ConfigError) -> list[tuple[str, str]]:
@@ -41,7 +43,7 @@ def blame(spec: "SweepSpec", exc: ConfigError) -> list[tuple[str, str]]:
     own: set[tuple[str, str]] = set()
     if exc.source != "--set":  # "--set" problems come from applying an entry, never the base
         try:
-            scenario_from_dict(spec.base, spec.base_source)
+            scenario_from_dict(spec.base, spec.base_source, notes=False)
         except ConfigError as base_exc:
             own = {(p, m) for p, m in base_exc.problems}
     paths = [set_path(text) for text in spec.set]
@@ -76,7 +78,8 @@ def check_paths(spec: "SweepSpec", data: Mapping) -> None:
         defaults = base_defaults(spec)
     except ConfigError as exc:
         raise ConfigError(spec.source, blame(spec, exc)) from None
-    raw = _resolve_with_overrides(copy.deepcopy(spec.base), spec.set, spec.base_source)
+    raw = _resolve_with_overrides(copy.deepcopy(spec.base), spec.set, spec.base_source,
+                                  notes=False)
     swept = set(spec.param_names)
     problems = []
 
@@ -104,7 +107,7 @@ def check_paths(spec: "SweepSpec", data: Mapping) -> None:
             # (creating the section), so ask the schema with the first value.
             try:
                 scenario_from_dict(spec.base, spec.base_source,
-                                   [*spec.set, format_override(path, value)])
+                                   [*spec.set, format_override(path, value)], notes=False)
                 return
             except ConfigError as exc:
                 problems.extend((where, f"with {path}={value!r}: "

@@ -494,6 +494,43 @@ def test_the_kept_keys_note_leaves_out_what_a_later_override_sets(tmp_path):
     assert notes() == []
 
 
+def test_the_kept_keys_note_is_an_ordinary_warning_of_the_loader_module(tmp_path):
+    # Recorded and re-emitted, it lost its module (a -W filter naming it no longer
+    # matched) and Python's once-per-text registry was cleared on every resolve.
+    import warnings
+
+    from npusim.core.errors import ConfigNote
+
+    scenario = REPO_ROOT / "workloads/scenarios/quickstart.yaml"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=ConfigNote, module="npusim.config.loader")
+        loader.load_scenario(scenario, ["hw.hbm.preset=memory/hbm3"])
+    assert not [w for w in caught if issubclass(w.category, ConfigNote)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # once per text and place
+        for _ in range(3):
+            loader.load_scenario(scenario, ["hw.hbm.preset=memory/hbm3"])
+    assert len([w for w in caught if issubclass(w.category, ConfigNote)]) == 1
+
+
+def test_a_sweep_says_a_kept_keys_note_once_and_not_for_keys_its_points_set(tmp_path, capsys):
+    from npusim.cli import main
+
+    spec = tmp_path / "s.yaml"
+    for axes, count in (("{workload.m: [64, 128]}", 1), ("{hw.hbm.channels: [2, 4]}", 0)):
+        spec.write_text(f"base: {REPO_ROOT / 'workloads/scenarios/quickstart.yaml'}\n"
+                        "set: {run.mode: analytic, hw.hbm.preset: memory/hbm3}\n"
+                        f"axes: {axes}\n")
+        with pytest.raises(SystemExit) as info:
+            main(["sweep", str(spec), "--out", str(tmp_path / f"o{count}"), "-q",
+                  "--executor", "serial"])
+        err = capsys.readouterr().err
+        assert info.value.code in (0, None), err
+        assert err.count("note: hw.hbm: preset memory/hbm3 in place of the chip's "
+                         "memory/hbm2e keeps the chip's channels: 4") == count, err
+
+
 @pytest.mark.parametrize("override, given, held", [
     ("hw.hbm.preset=npu/large_core_64", "a device preset (kind: npu)", "a memory part (kind: dram)"),
     ("hw.hbm.preset=links/pcie4_x16", "an interconnect preset (kind: link)",
@@ -511,12 +548,12 @@ def test_a_blocks_preset_of_another_category_under_a_chip_preset_is_one_problem(
     block, preset = override.removesuffix(".preset=" + override.split("=")[1]), \
         override.split("=")[1]
     assert path == f"{block}.preset"
-    assert message.startswith(f"{preset} is {given}, but {block} holds {held}; expected a "
+    assert message.startswith(f"{preset} is {given}, but the block holds {held}; expected a "
                               "preset of kind ")
     if block == "hw.hbm":
         assert "memory/hbm2e, memory/hbm3, memory/lpddr5" in message
     else:
-        assert "(none is shipped: set hw.noc's fields instead)" in message
+        assert "(none is shipped: set the block's fields instead)" in message
 
 
 def test_a_block_of_another_kind_is_one_problem_that_counts_the_rest(tmp_path):
@@ -547,6 +584,12 @@ def test_a_block_of_another_kind_is_one_problem_that_counts_the_rest(tmp_path):
     assert problems["hw.hbm.kind"].startswith("unexpected kind 'dramm'; expected kind: dram "
                                               "(from the override")
     assert "hw.core.sram.capacity_bytes" in problems and len(problems) == 3
+    # a kind that an override's preset brought is that override's
+    with pytest.raises(ConfigError) as info:
+        loader.load_scenario(scenario, ["hw.core.sram.preset=memory/hbm3"])
+    [(path, message)] = info.value.problems
+    assert path == "hw.core.sram.kind" and message.startswith("'dram' is another memory part")
+    assert message.endswith("(from the override hw.core.sram.preset=memory/hbm3)")
 
 
 def test_hw_may_name_a_shipped_preset(tmp_path, monkeypatch):
