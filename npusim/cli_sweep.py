@@ -188,8 +188,8 @@ def plot(
                                       "cdf: one curve per value (a sweep's requests: "
                                       "default one per point, named by the parameters that differ)."),
     maximize: bool = typer.Option(False, "--maximize-y", help="pareto: larger y is better."),
-    bins: int = typer.Option(DEFAULT_BINS, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
-                             "(1 to 100,000)."),
+    bins: Optional[int] = typer.Option(None, "--bins", metavar="N", parser=whole_number, help="timeline: number of time bins "
+                             "(1 to 100,000; default 100)."),
     units: Optional[List[str]] = typer.Option(
         None, "--units", metavar="PATTERN", help="timeline: only these units, names or glob "
         "patterns ('*.sa', 'core1?.*'); repeat for more."),
@@ -227,7 +227,7 @@ def plot(
         figure = option_path(out, "--out", "a figure file (.png, .svg or .pdf)")
         target = check_figure_path(figure, "--out") if figure is not None else \
             check_figure_path(source / _default_figure_name(kind, x, y, value))
-        if not 1 <= bins <= MAX_BINS:
+        if bins is not None and not 1 <= bins <= MAX_BINS:
             raise NpusimError(f"--bins: expected a number of time bins from 1 to "
                               f"{MAX_BINS:,}, got {bins}")
         if group is not None and group not in TIMELINE_GROUPS:
@@ -235,7 +235,7 @@ def plot(
                               f"got {group!r}")
         given = {"--x": x is not None, "--y": y is not None, "--value": value is not None,
                  "--hue": hue is not None, "--maximize-y": maximize, "--logx": logx,
-                 "--bins": bins != DEFAULT_BINS, "--units": bool(units),
+                 "--bins": bins is not None, "--units": bool(units),
                  "--group": group is not None}
         for option, kinds in _OPTION_KINDS.items():
             if given[option] and kind not in kinds:  # ignored, the figure would mislead
@@ -265,7 +265,8 @@ def plot(
 
             ops = as_ops(source)
             if kind == "timeline":
-                figure = analysis.plot_utilisation_timeline(ops, bins=bins, units=units or None,
+                figure = analysis.plot_utilisation_timeline(ops, bins=bins or DEFAULT_BINS,
+                                                            units=units or None,
                                                             group=group)
             else:  # per request when the run has requests.csv, else per task
                 figure = analysis.plot_latency_cdf(source, column=value, by=hue)

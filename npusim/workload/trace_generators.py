@@ -133,14 +133,12 @@ class FixedArrival(GeneratorSpec):
         if (self.interval_s is None) == (self.rate_per_s is None):
             raise ValueError("give exactly one of interval_s (seconds between requests) "
                              "or rate_per_s (requests per second)")
-        if self.interval_ps == 0 and self.interval_s != 0:  # below the 1 ps time step
-            seconds = self.interval_s if self.interval_s is not None else 1 / self.rate_per_s
-            given = getattr(self, self.set_by)
-            raise ValueError(f"{self.set_by}: {given:g} makes the gap between requests "
-                             f"{seconds:.3g} s, under half the simulator's 1 ps time step, so "
-                             "every request would arrive at t = 0; expected a gap of at least "
-                             "1 ps (rate_per_s up to 1e12), or interval_s: 0 for requests all "
-                             "at once")
+        seconds = self.interval_s if self.interval_s is not None else 1 / self.rate_per_s
+        if 0 < seconds * PS_PER_S < 1:  # it would round to 0 (or 1: a rate off by 2x)
+            raise ValueError(f"{self.set_by}: {getattr(self, self.set_by):g} makes the gap "
+                             f"between requests {seconds:.3g} s, below the simulator's 1 ps "
+                             "time step; expected a gap of at least 1 ps (rate_per_s up to "
+                             "1e12), or interval_s: 0 for requests all at once")
         return self
 
     @property

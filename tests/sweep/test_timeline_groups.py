@@ -88,7 +88,9 @@ def test_plot_cli_groups_and_chooses_units(tmp_path, capsys):
                             "timeline)"),
                            (["--kind", "cdf", "--logx"], "--logx applies to --kind line only"),
                            (["--kind", "batches", "--bins", "50"], "--bins applies to --kind "
-                                                                   "timeline only")):
+                                                                   "timeline only"),
+                           (["--kind", "cdf", "--bins", "100"], "--bins applies to --kind "
+                                                                "timeline only")):  # (the default)
         with pytest.raises(SystemExit) as code:
             main(["plot", str(run), *extra])
         assert code.value.code != 0 and message in capsys.readouterr().err

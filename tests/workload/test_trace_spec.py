@@ -67,9 +67,12 @@ def test_tracespec_generator_and_file(tmp_path):
     # a gap under half a picosecond rounded to 0: every request at t = 0, silently
     ({"arrival": {"kind": "fixed", "interval_s": 1e-13}, "prompt": 1, "output": 1,
       "num_requests": 2}, "arrival.interval_s", "1e-13 makes the gap between requests 1e-13 s, "
-                                                "under half the simulator's 1 ps time step"),
+                                                "below the simulator's 1 ps time step"),
     ({"arrival": {"kind": "fixed", "rate_per_s": 3e12}, "prompt": 1, "output": 1,
-      "num_requests": 2}, "arrival.rate_per_s", "every request would arrive at t = 0"),
+      "num_requests": 2}, "arrival.rate_per_s", "expected a gap of at least 1 ps"),
+    # (0.67 ps rounded to 1 ps: half the rate asked for)
+    ({"arrival": {"kind": "fixed", "rate_per_s": 1.5e12}, "prompt": 1, "output": 1,
+      "num_requests": 2}, "arrival.rate_per_s", "rate_per_s up to 1e12"),
 ])
 def test_tracespec_errors_are_located(data, path, fragment):
     with pytest.raises(ConfigError) as info:
