@@ -69,6 +69,15 @@ def test_work_beside_paced_streams_gets_the_bandwidth_they_leave():
     assert _finish(35, 10, [[40, 60, 0.5]]) == 40 + 10
 
 
+def _chip_with_hbm_channels(channels: int):
+    """``large_core_64`` with ``channels`` HBM channels per core (8: the HBM is the
+    slower end of a tile into the SRAM; 16: the SRAM is)."""
+    scenario = scenario_from_dict({"name": "t", "hw": {"preset": "npu/large_core_64",
+                                                       "hbm": {"channels": channels}},
+                                   "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
+    return build_device(scenario.hw)
+
+
 def _send_beside_a_tile_into_a_slower_sram(load: bool) -> TaskGraph:
     graph = TaskGraph()
     if load:  # 3 MiB at the SRAM port's 256 GB/s (the 16-channel HBM is faster): ~12 us
@@ -85,10 +94,7 @@ def test_a_small_transfer_goes_between_the_chunks_of_a_tile_that_holds_the_sram(
     # (ending at 13.3 us, not 2.0 us as at the tlm level, whose chunks interleave):
     # every ring step of a K-partitioned GEMM beside a streamed tile paid it, and more
     # HBM bandwidth made a decode step slower.  It now waits for at most one chunk.
-    scenario = scenario_from_dict({"name": "t", "hw": {"preset": "npu/large_core_64",
-                                                       "hbm": {"channels": 16}},
-                                   "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
-    device = build_device(scenario.hw)
+    device = _chip_with_hbm_channels(16)
     alone = run_analytic(prepare(_send_beside_a_tile_into_a_slower_sram(False), device), device)
     beside = run_analytic(prepare(_send_beside_a_tile_into_a_slower_sram(True), device), device)
     tlm = run_tlm(prepare(_send_beside_a_tile_into_a_slower_sram(True), device), device)
@@ -121,10 +127,7 @@ def test_a_small_transfer_waits_for_the_chunk_a_faster_sram_is_writing():
     # transactions do).  Spread evenly, the stream left a 1 KiB send arriving during a
     # chunk most of the SRAM, so it did not wait (1.8 us, tlm 2.4 us): every ring step
     # beside a streamed tile was too cheap, which made more HBM bandwidth look slower.
-    scenario = scenario_from_dict({"name": "t", "hw": {"preset": "npu/large_core_64",
-                                                       "hbm": {"channels": 8}},
-                                   "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
-    device = build_device(scenario.hw)
+    device = _chip_with_hbm_channels(8)
     alone = run_analytic(prepare(_send_while_a_chunk_lands(False), device), device)
     beside = run_analytic(prepare(_send_while_a_chunk_lands(True), device), device)
     tlm = run_tlm(prepare(_send_while_a_chunk_lands(True), device), device)
@@ -143,10 +146,7 @@ def test_a_small_transfer_before_the_first_chunk_of_a_held_tile_does_not_wait():
     # 1 KiB send arriving before that goes first, as in tlm; the rule this replaced made
     # it wait for a whole chunk (1.34 us instead of 0.41), which made more HBM bandwidth
     # look slower.
-    scenario = scenario_from_dict({"name": "t", "hw": {"preset": "npu/large_core_64",
-                                                       "hbm": {"channels": 16}},
-                                   "workload": {"kind": "gemm", "m": 1, "k": 1, "n": 4}})
-    device = build_device(scenario.hw)
+    device = _chip_with_hbm_channels(16)
     alone = run_analytic(prepare(_send_while_a_chunk_lands(False, 300_000), device), device)
     beside = run_analytic(prepare(_send_while_a_chunk_lands(True, 300_000), device), device)
     tlm = run_tlm(prepare(_send_while_a_chunk_lands(True, 300_000), device), device)
