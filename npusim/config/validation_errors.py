@@ -204,8 +204,9 @@ def _hide_kind_consequences(problems: list[tuple[str, str]],
             hidden[block] = hidden.get(block, 0) + 1
     said = {join_path(block, "kind"): count for block, count in hidden.items()}
     return [(path, f"{message}; the block's {said[path]} other "
-                   f"problem{'s' if said[path] > 1 else ''} follow from its kind and are "
-                   "not shown" if path in said else message) for path, message in kept]
+                   f"problem{'s are' if said[path] > 1 else ' is'} not shown (fix its kind "
+                   "first: most follow from it)" if path in said else message)
+            for path, message in kept]
 
 
 def kind_category(kind: Any) -> str | None:

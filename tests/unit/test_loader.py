@@ -571,8 +571,8 @@ def test_a_block_of_another_kind_is_one_problem_that_counts_the_rest(tmp_path):
         assert path == "hbm.kind"
         assert message.startswith(f"{kind!r} is {what}, not a memory part; expected kind: "
                                   "dram, or a preset of that kind (memory/ddr4_3200, ")
-        assert re.search(r"; the block's \d\d other problems follow from its kind and are "
-                         r"not shown$", message), message
+        assert re.search(r"; the block's \d\d other problems are not shown \(fix its kind "
+                         r"first: most follow from it\)$", message), message
     # a kind of the same category, or no registered kind, is said as such; problems
     # outside the block stay
     with pytest.raises(ConfigError) as info:
