@@ -145,11 +145,17 @@ def check_option_conflicts(set_: list[str], options: dict[str, tuple[Any, tuple[
 
 def guard(action: Callable[[], Any]) -> Any:
     """Run ``action``; turn user errors into one message and a non-zero exit."""
+    from npusim.core.errors import ConfigNote
+
     try:
         return action()
     except NpusimError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(exc.exit_code) from None
+    except ConfigNote as exc:  # python -W error made a note an error: said as one
+        typer.secho(f"error: {exc} (a note, made an error by the warnings filter: "
+                    "python -W error)", fg=typer.colors.RED, err=True)
+        raise typer.Exit(2) from None
 
 
 class OnceOptionsCommand(TyperCommand):

@@ -366,3 +366,19 @@ def test_every_command_has_a_one_line_summary_for_the_command_list():
         summary = command.short_help or (command.help or "").split("\n\n")[0]
         summary = " ".join(summary.split())
         assert summary and len(summary) <= 66, (name, summary)
+
+
+def test_a_note_made_an_error_by_the_warnings_filter_is_one_message(capsys):
+    # python -W error turned the kept-keys note into a rich traceback
+    import warnings
+
+    from npusim.core.errors import ConfigNote
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigNote)
+        code, _, err = run_cli(["run", str(QUICKSTART), "--dry-run", "--set",
+                                "hw.hbm.preset=memory/hbm3"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith("error: hw.hbm: preset memory/hbm3 in place of the chip's")
+    assert err.rstrip().endswith("(a note, made an error by the warnings filter: python -W "
+                                 "error)")
