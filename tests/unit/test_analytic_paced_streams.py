@@ -78,6 +78,14 @@ def _chip_with_hbm_channels(channels: int):
     return build_device(scenario.hw)
 
 
+def _timed_three_ways(graph_of, device):
+    """The send alone (analytic), beside the tile (analytic) and beside it (tlm), for
+    ``graph_of(load)`` building the graph with or without the tile."""
+    return (run_analytic(prepare(graph_of(False), device), device),
+            run_analytic(prepare(graph_of(True), device), device),
+            run_tlm(prepare(graph_of(True), device), device))
+
+
 def _send_beside_a_tile_into_a_slower_sram(load: bool) -> TaskGraph:
     graph = TaskGraph()
     if load:  # 3 MiB at the SRAM port's 256 GB/s (the 16-channel HBM is faster): ~12 us
@@ -95,9 +103,7 @@ def test_a_small_transfer_goes_between_the_chunks_of_a_tile_that_holds_the_sram(
     # every ring step of a K-partitioned GEMM beside a streamed tile paid it, and more
     # HBM bandwidth made a decode step slower.  It now waits for at most one chunk.
     device = _chip_with_hbm_channels(16)
-    alone = run_analytic(prepare(_send_beside_a_tile_into_a_slower_sram(False), device), device)
-    beside = run_analytic(prepare(_send_beside_a_tile_into_a_slower_sram(True), device), device)
-    tlm = run_tlm(prepare(_send_beside_a_tile_into_a_slower_sram(True), device), device)
+    alone, beside, tlm = _timed_three_ways(_send_beside_a_tile_into_a_slower_sram, device)
     chunk_ps = device.parts["core5.sram"].port_time_ps(256 << 10)
     assert beside.ends[-1] <= alone.ends[-1] + chunk_ps
     assert abs(beside.ends[-1] / tlm.ends[-1] - 1) < 0.05
@@ -128,9 +134,7 @@ def test_a_small_transfer_waits_for_the_chunk_a_faster_sram_is_writing():
     # chunk most of the SRAM, so it did not wait (1.8 us, tlm 2.4 us): every ring step
     # beside a streamed tile was too cheap, which made more HBM bandwidth look slower.
     device = _chip_with_hbm_channels(8)
-    alone = run_analytic(prepare(_send_while_a_chunk_lands(False), device), device)
-    beside = run_analytic(prepare(_send_while_a_chunk_lands(True), device), device)
-    tlm = run_tlm(prepare(_send_while_a_chunk_lands(True), device), device)
+    alone, beside, tlm = _timed_three_ways(_send_while_a_chunk_lands, device)
     assert beside.ends[-1] > alone.ends[-1] + 500_000
     assert abs(beside.ends[-1] / tlm.ends[-1] - 1) < 0.1
     # ... and the tile still ends at its HBM pace
@@ -147,7 +151,5 @@ def test_a_small_transfer_before_the_first_chunk_of_a_held_tile_does_not_wait():
     # it wait for a whole chunk (1.34 us instead of 0.41), which made more HBM bandwidth
     # look slower.
     device = _chip_with_hbm_channels(16)
-    alone = run_analytic(prepare(_send_while_a_chunk_lands(False, 300_000), device), device)
-    beside = run_analytic(prepare(_send_while_a_chunk_lands(True, 300_000), device), device)
-    tlm = run_tlm(prepare(_send_while_a_chunk_lands(True, 300_000), device), device)
+    alone, beside, tlm = _timed_three_ways(lambda load: _send_while_a_chunk_lands(load, 300_000), device)
     assert beside.ends[-1] == alone.ends[-1] == tlm.ends[-1]
